@@ -1,0 +1,34 @@
+# The continuity-drift worker image. docker-compose.yml builds it for the
+# `topics` one-shot and the `worker` service.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY streams/ streams/
+COPY drift/ drift/
+COPY baselines/ baselines/
+RUN pip install . \
+    && rm -rf /src/build /src/*.egg-info
+
+# Run as an unprivileged user; /data (DuckDB and local state) belongs to it.
+RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/continuity continuity \
+    && mkdir -p /data \
+    && chown continuity:continuity /data
+
+USER continuity
+WORKDIR /home/continuity
+
+ENV CONTINUITY_DATA_DIR=/data \
+    CONTINUITY_WEB_PORT=6066
+VOLUME ["/data"]
+
+# /metrics, /healthz, /readyz and the review API.
+EXPOSE 6066
+
+STOPSIGNAL SIGTERM
+CMD ["continuity-drift", "run", "--data-dir", "/data", "--web-port", "6066"]

@@ -1,0 +1,203 @@
+"""Baseline values and how a finished session folds into a new version.
+
+A baseline version is immutable: folding a session returns a new value with
+``version + 1``; the store keeps every version until erasure or expiry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from drift.model import BaselineKind, DriftConfig, Mode, ModelTriple
+from drift.scoring import WindowStats
+
+
+def derive_id(*parts: str) -> str:
+    """A deterministic id: the same parts always give the same id.
+
+    >>> derive_id("score", "u1", "s1", "e9")
+    'bada1e33b5a7eb836489befe733116f7'
+    """
+    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
+    return digest[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineMeta:
+    """What every baseline version records besides its values (SPEC section 4)."""
+
+    user_id: str
+    kind: BaselineKind
+    baseline_id: str
+    version: int
+    created_at_s: float
+    source_session: str
+    model: ModelTriple
+    drift_policy_id: str
+    mode: Mode
+    expires_at_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttunementBaseline:
+    """Recency-ordered window stats of recent sessions, and the last late-session profile.
+
+    ``sessions[0]`` is the most recent session; each holds one :class:`WindowStats`
+    per checkpoint window (turns 1-5, 6-10, ...), over ``features``, on the
+    transformed scale of :func:`drift.scoring.transform`.
+    """
+
+    meta: BaselineMeta
+    features: tuple[str, ...]
+    sessions: tuple[tuple[WindowStats | None, ...], ...]
+    late_profile: tuple[float, ...]
+
+    def window(self, w: int, decay: float) -> list[tuple[WindowStats, float]]:
+        """Stats of window ``w`` across sessions, with recency weights ``decay**age``."""
+        out = []
+        for age, windows in enumerate(self.sessions):
+            stats = windows[w] if w < len(windows) else None
+            if stats is not None and stats.n > 0:
+                out.append((stats, decay ** age))
+        return out
+
+    def pooled(self) -> tuple[tuple[float, ...], int]:
+        """Within-window sum of squared deviations per feature, and its degrees of freedom."""
+        m2 = np.zeros(len(self.features))
+        df = 0
+        for windows in self.sessions:
+            for stats in windows:
+                if stats is not None and stats.n > 0:
+                    m2 += np.asarray(stats.m2)
+                    df += stats.n - 1
+        return tuple(float(x) for x in m2), df
+
+    def turn_sd(self) -> np.ndarray:
+        """Pooled within-window standard deviation per feature (floored)."""
+        m2, df = self.pooled()
+        return np.sqrt(np.maximum(np.asarray(m2) / max(df, 1), 1e-6))
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticBaseline:
+    """Affirmed commitments, positions and constraints: ``commitment_id -> kind``."""
+
+    meta: BaselineMeta
+    items: tuple[tuple[str, str], ...]
+
+    def ids(self) -> frozenset[str]:
+        return frozenset(cid for cid, _ in self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class SafetyBaseline:
+    meta: BaselineMeta
+    gate_config_id: str
+    drift_policy_id: str
+    consent_state_id: str
+
+    def fields(self) -> tuple[str, str, str]:
+        return (self.gate_config_id, self.drift_policy_id, self.consent_state_id)
+
+
+@dataclass(frozen=True, slots=True)
+class UserBaselines:
+    """The current (latest, unexpired) version of each kind for one user."""
+
+    attunement: AttunementBaseline | None = None
+    semantic: SemanticBaseline | None = None
+    safety: SafetyBaseline | None = None
+
+    def model(self) -> ModelTriple | None:
+        for b in (self.attunement, self.semantic, self.safety):
+            if b is not None:
+                return b.meta.model
+        return None
+
+    def metas(self) -> list[BaselineMeta]:
+        return [b.meta for b in (self.attunement, self.semantic, self.safety) if b is not None]
+
+    def without(self, kinds: frozenset[BaselineKind]) -> "UserBaselines":
+        return UserBaselines(
+            None if BaselineKind.ATTUNEMENT in kinds else self.attunement,
+            None if BaselineKind.SEMANTIC in kinds else self.semantic,
+            None if BaselineKind.SAFETY in kinds else self.safety,
+        )
+
+    def touched(self, now_s: float, config: DriftConfig) -> "UserBaselines":
+        """Every version with its expiry moved to ``now_s`` plus its mode's TTL."""
+        def bump(meta: BaselineMeta) -> BaselineMeta:
+            return replace(meta, expires_at_s=now_s + config.ttl_s(meta.mode))
+        return UserBaselines(
+            replace(self.attunement, meta=bump(self.attunement.meta)) if self.attunement else None,
+            replace(self.semantic, meta=bump(self.semantic.meta)) if self.semantic else None,
+            replace(self.safety, meta=bump(self.safety.meta)) if self.safety else None,
+        )
+
+
+def next_meta(
+    previous: BaselineMeta | None, user_id: str, kind: BaselineKind, now_s: float,
+    session_id: str, model: ModelTriple, mode: Mode, config: DriftConfig,
+) -> BaselineMeta:
+    """Metadata of the next version: same ``baseline_id``, ``version + 1``.
+
+    >>> m = ModelTriple("m1", "t1", "bf16")
+    >>> first = next_meta(None, "u1", BaselineKind.SAFETY, 100.0, "s1", m, Mode.FULL,
+    ...                   DriftConfig())
+    >>> first.version, first.expires_at_s - first.created_at_s == 90 * 86400
+    (1, True)
+    >>> next_meta(first, "u1", BaselineKind.SAFETY, 200.0, "s2", m, Mode.FULL,
+    ...           DriftConfig()).baseline_id == first.baseline_id
+    True
+    """
+    baseline_id = (previous.baseline_id if previous is not None
+                   else derive_id("baseline", user_id, kind.value, session_id))
+    version = previous.version + 1 if previous is not None else 1
+    return BaselineMeta(user_id, kind, baseline_id, version, now_s, session_id, model,
+                        config.drift_policy_id, mode, now_s + config.ttl_s(mode))
+
+
+def fold_attunement(
+    previous: AttunementBaseline | None, meta: BaselineMeta, features: tuple[str, ...],
+    windows: tuple[WindowStats | None, ...], late_profile: tuple[float, ...],
+    config: DriftConfig,
+) -> AttunementBaseline:
+    """A new attunement version with this session's windows in front.
+
+    Only ``features`` are kept (the mode's allowed set); at most
+    ``config.baseline_sessions`` sessions are held, so per-user state stays bounded.
+
+    >>> w = WindowStats(5, (0.5,), (0.1,))
+    >>> meta = next_meta(None, "u", BaselineKind.ATTUNEMENT, 0.0, "s", ModelTriple("m", "t", "p"),
+    ...                  Mode.LIGHT, DriftConfig())
+    >>> b = fold_attunement(None, meta, ("friction",), (w,), (0.2,), DriftConfig())
+    >>> for _ in range(9):
+    ...     b = fold_attunement(b, meta, ("friction",), (w,), (0.2,), DriftConfig())
+    >>> len(b.sessions)
+    5
+    """
+    prior: tuple[tuple[WindowStats | None, ...], ...] = ()
+    if previous is not None and previous.features == features:
+        prior = previous.sessions
+    sessions = ((windows,) + prior)[: config.baseline_sessions]
+    return AttunementBaseline(meta, features, sessions, late_profile)
+
+
+def restrict_features(baseline: AttunementBaseline, keep: tuple[str, ...],
+                      meta: BaselineMeta) -> AttunementBaseline:
+    """The same baseline holding only the ``keep`` features (a mode downgrade)."""
+    idx = [baseline.features.index(f) for f in keep if f in baseline.features]
+    kept = tuple(baseline.features[i] for i in idx)
+
+    def cut(stats: WindowStats | None) -> WindowStats | None:
+        if stats is None:
+            return None
+        return WindowStats(stats.n, tuple(stats.mean[i] for i in idx),
+                           tuple(stats.m2[i] for i in idx))
+
+    sessions = tuple(tuple(cut(s) for s in windows) for windows in baseline.sessions)
+    late = tuple(baseline.late_profile[i] for i in idx)
+    return AttunementBaseline(meta, kept, sessions, late)

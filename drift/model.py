@@ -1,0 +1,226 @@
+"""Domain values: FHR events as the core sees them, enums and the configuration.
+
+The wire format is decoded and validated at the edge (``streams.codec``); the core
+only ever sees these frozen values.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Mode(str, enum.Enum):
+    STATELESS = "stateless"
+    SESSION_ONLY = "session_only"
+    LIGHT = "continuity_light"
+    FULL = "continuity_full"
+
+    @property
+    def keeps_baselines(self) -> bool:
+        """Light and full modes baseline and score; the others keep nothing per user."""
+        return self in (Mode.LIGHT, Mode.FULL)
+
+    @property
+    def rank(self) -> int:
+        return _MODE_RANK[self]
+
+
+_MODE_RANK = {Mode.STATELESS: 0, Mode.SESSION_ONLY: 1, Mode.LIGHT: 2, Mode.FULL: 3}
+
+
+class Tier(enum.IntEnum):
+    LOW = 0
+    MEDIUM = 1
+    HIGH = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class BaselineKind(str, enum.Enum):
+    ATTUNEMENT = "attunement"
+    SEMANTIC = "semantic"
+    SAFETY = "safety"
+
+
+#: Turn-dynamics features, in a fixed order used by every array in the core.
+FEATURES: tuple[str, ...] = (
+    "trust", "resonance_depth", "valence", "friction", "user_tokens", "latency_ms",
+)
+#: Features each baselining mode may hold (SPEC section 3).
+MODE_FEATURES: dict[Mode, tuple[str, ...]] = {
+    Mode.LIGHT: ("friction", "user_tokens", "latency_ms"),
+    Mode.FULL: FEATURES,
+}
+#: Relational categories a light-mode user may have written.
+LIGHT_CATEGORIES = frozenset({"style", "boundaries", "friction_history"})
+#: Relational categories the attunement baseline draws on, per feature. An erasure
+#: of one of these categories erases the attunement baseline.
+ATTUNEMENT_CATEGORIES = frozenset({
+    "style", "friction_history", "emotional_trajectory", "resonance", "attunement_profile",
+    "trust_trajectory",
+})
+#: Categories the semantic baseline (commitments, positions, constraints) draws on.
+SEMANTIC_CATEGORIES = frozenset({"boundaries", "topic"})
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTriple:
+    model_version: str
+    tokenizer_id: str
+    precision_tag: str
+    adapter_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStart:
+    mode: Mode
+    consent_state_id: str
+    model: ModelTriple
+    gate_config_id: str
+    drift_policy_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    turn: int
+    trust: float
+    resonance_depth: float
+    valence: float
+    friction: bool
+    reflection: bool
+    user_tokens: int
+    latency_ms: float
+    ae_severity: str
+    care_override: bool
+    care_cooloff: bool
+    crisis: bool
+    legal_hold: bool
+
+    def features(self) -> tuple[float, ...]:
+        """The six dynamics in :data:`FEATURES` order, as floats."""
+        return (self.trust, self.resonance_depth, self.valence, float(self.friction),
+                float(self.user_tokens), self.latency_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Semantic:
+    turn: int
+    commitment_id: str
+    kind: str
+    stance: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryWrite:
+    turn: int
+    memory_class: str
+    category: str
+    scope: str
+    consent_state_id: str
+    confirmed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryWriteBlocked:
+    turn: int
+    memory_class: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryErase:
+    memory_class: str
+    scope: str
+    reason: str
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModeChanged:
+    from_mode: Mode
+    to_mode: Mode
+    consent_state_id: str
+    retroactive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NoticeShown:
+    model: ModelTriple
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineReconfirmed:
+    kinds: tuple[BaselineKind, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnd:
+    turns: int
+    reason: str
+
+
+Body = (SessionStart | Turn | Semantic | MemoryWrite | MemoryWriteBlocked | MemoryErase
+        | ModeChanged | NoticeShown | BaselineReconfirmed | SessionEnd)
+
+
+@dataclass(frozen=True, slots=True)
+class FhrEvent:
+    """One accepted FHR event. ``ts_s`` is event time in seconds since the epoch."""
+
+    event_id: str
+    event_type: str
+    ts_s: float
+    user_id: str
+    session_id: str
+    ephemeral: bool
+    body: Body
+
+
+@dataclass(frozen=True)
+class DriftConfig:
+    """Scoring, response and governance configuration (SPEC defaults).
+
+    ``alpha_medium`` and ``alpha_high`` are the per-session false-alarm budgets
+    of the attunement component for the two tiers; ``first_look_share`` is the
+    part of each budget spent at the first checkpoint, the rest is spent on later
+    checkpoints in halving shares.
+    """
+
+    drift_policy_id: str = "drift-policy-1"
+    checkpoint_turn: int = 5
+    checkpoint_every: int = 5
+    idle_timeout_s: float = 30 * 60.0
+    threshold_medium: float = 0.5
+    threshold_high: float = 0.8
+    weight_attunement: float = 1.0
+    weight_semantic: float = 1.0
+    weight_safety: float = 1.0
+    alpha_medium: float = 0.04
+    alpha_high: float = 0.005
+    first_look_share: float = 0.8
+    core_share: float = 0.8
+    baseline_sessions: int = 5
+    recency_decay: float = 0.7
+    windows: int = 3
+    min_baseline_turns: int = 3
+    reattune_checkpoint_turn: int = 5
+    reattune_threshold: float = 0.6
+    reattune_window: int = 3
+    reattune_tolerance_level: float = 0.99
+    reattune_weight_convergence: float = 0.5
+    reattune_weight_semantic: float = 0.2
+    reattune_weight_trust: float = 0.3
+    sustained_low_sessions: int = 3
+    high_resonance: float = 0.8
+    high_resonance_turns: int = 3
+    ttl_light_s: float = 30 * 86400.0
+    ttl_full_s: float = 90 * 86400.0
+    recent_event_ids: int = 512
+    late_profile_turns: int = 3
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def ttl_s(self, mode: Mode) -> float:
+        return self.ttl_full_s if mode is Mode.FULL else self.ttl_light_s

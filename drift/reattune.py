@@ -1,0 +1,122 @@
+"""Re-attunement quality: how closely a session re-joins the prior session's late profile."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from drift.model import DriftConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ReattuneScore:
+    """``quality`` in [0, 1]; ``turns_to_baseline`` is None when never within tolerance."""
+
+    quality: float
+    turns_to_baseline: int | None
+    convergence: float
+    semantic_consistency: float | None
+    trust_continuity: float | None
+
+
+def standardized_gap(rows: np.ndarray, late: np.ndarray, turn_sd: np.ndarray, late_turns: int
+                     ) -> np.ndarray:
+    """Per-feature gap of the mean of ``rows`` from ``late``, in standard errors.
+
+    The standard error counts the noise of both means: ``sd * sqrt(1/n + 1/late_turns)``,
+    so a session from the same process gives gaps of about one.
+
+    >>> standardized_gap(np.array([[1.0], [1.0]]), np.array([0.0]), np.array([1.0]), 2)
+    array([1.])
+    """
+    n = rows.shape[0]
+    return np.asarray((rows.mean(axis=0) - late) / (turn_sd * math.sqrt(1.0 / n + 1.0 / late_turns)))
+
+
+def turns_to_baseline(rows: np.ndarray, late: np.ndarray, turn_sd: np.ndarray,
+                      late_turns: int, window: int, level: float) -> int | None:
+    """First turn at which the rolling ``window``-turn mean is within tolerance of ``late``.
+
+    Within tolerance: the mean squared standardized gap is below the ``level``
+    quantile of its distribution for a session from the same process
+    (chi-square with one degree of freedom per feature, divided by their number).
+
+    >>> late, sd = np.array([0.0, 0.0]), np.array([1.0, 1.0])
+    >>> rows = np.array([[4.0, 4.0], [3.0, 3.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    >>> turns_to_baseline(rows, late, sd, 3, 3, 0.95)
+    4
+    >>> turns_to_baseline(np.full((5, 2), 5.0), late, sd, 3, 3, 0.95) is None
+    True
+    """
+    limit = tolerance(len(late), level)
+    for end in range(window, rows.shape[0] + 1):
+        gap = standardized_gap(rows[end - window:end], late, turn_sd, late_turns)
+        if float(np.mean(gap ** 2)) <= limit:
+            return end
+    return None
+
+
+def tolerance(features: int, level: float) -> float:
+    """The ``level`` quantile of the mean squared standardized gap of a same-process session.
+
+    >>> round(tolerance(1, 0.95), 3), round(tolerance(6, 0.95), 3)
+    (3.841, 2.099)
+    """
+    return float(stats.chi2.ppf(level, features)) / features
+
+
+def _kernel(mean_square_gap: float, limit: float) -> float:
+    """1 within tolerance, then a Gaussian decay in the excess gap."""
+    return math.exp(-0.5 * max(0.0, mean_square_gap - limit))
+
+
+def score_reattunement(
+    early: np.ndarray, late_profile: np.ndarray, turn_sd: np.ndarray,
+    trust_index: int | None, semantic: float | None, config: DriftConfig,
+) -> ReattuneScore:
+    """Score a session's first turns against the prior session's late-session profile.
+
+    * convergence: half speed (how early a rolling window comes within tolerance),
+      half closeness (a kernel of the whole early window's standardized gap);
+    * semantic consistency: ``1 - semantic_drift`` when baseline commitments were
+      referenced;
+    * trust continuity: the same kernel on the trust gap alone, in full mode.
+
+    The kernels are 1 while the gap is within what a same-process session shows
+    at ``reattune_tolerance_level`` and decay beyond it.
+
+    Missing parts give their weight to the others. Every part is largest for
+    identical dynamics and falls as the session moves away from the profile.
+
+    >>> cfg = DriftConfig()
+    >>> late, sd = np.array([0.7, 0.6]), np.array([0.1, 0.1])
+    >>> same = score_reattunement(np.tile(late, (5, 1)), late, sd, 0, 0.0, cfg)
+    >>> same.quality, same.turns_to_baseline
+    (1.0, 3)
+    >>> far = score_reattunement(np.tile(late - 0.3, (5, 1)), late, sd, 0, None, cfg)
+    >>> round(far.quality, 3), far.turns_to_baseline
+    (0.003, None)
+    """
+    turns = early.shape[0]
+    late_turns = config.late_profile_turns
+    window = min(config.reattune_window, turns)
+    ttb = (turns_to_baseline(early, late_profile, turn_sd, late_turns, window,
+                             config.reattune_tolerance_level) if turns else None)
+    horizon = max(turns - window + 1, 1)
+    speed = 0.0 if ttb is None else 1.0 - (ttb - window) / horizon
+    gap = standardized_gap(early, late_profile, turn_sd, late_turns)
+    level = config.reattune_tolerance_level
+    closeness = _kernel(float(np.mean(gap ** 2)), tolerance(len(late_profile), level))
+    convergence = 0.5 * speed + 0.5 * closeness
+    trust = (None if trust_index is None
+             else _kernel(float(gap[trust_index]) ** 2, tolerance(1, level)))
+    consistency = None if semantic is None else 1.0 - semantic
+    parts = [(convergence, config.reattune_weight_convergence),
+             (consistency, config.reattune_weight_semantic),
+             (trust, config.reattune_weight_trust)]
+    used = [(v, w) for v, w in parts if v is not None]
+    quality = sum(v * w for v, w in used) / sum(w for _, w in used)
+    return ReattuneScore(min(1.0, max(0.0, quality)), ttb, convergence, consistency, trust)

@@ -1,0 +1,293 @@
+"""Drift components, the composite score and its tier.
+
+Each component is *calibrated*: under no change its value crosses the medium
+threshold with probability ``alpha_medium`` per session and the high threshold
+with probability ``alpha_high``, however few turns the checkpoint holds. See
+``docs/scoring.md`` for the derivation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from drift.model import FEATURES, DriftConfig, Tier
+
+#: Features tested as the relational core of attunement (AD-30 4.1: trust, resonance).
+CORE_FEATURES = ("trust", "resonance_depth")
+#: Features carried on a log scale (counts and durations are right-skewed).
+LOG_FEATURES = frozenset({"user_tokens", "latency_ms"})
+#: Binary features, tested with an exact conditional test.
+BINARY_FEATURES = frozenset({"friction"})
+_FLOOR_P = 1e-12
+_VAR_FLOOR = 1e-8
+
+
+def transform(feature: str, value: float) -> float:
+    """Map a raw dynamics value to the scale the baseline and tests use.
+
+    >>> transform("latency_ms", 0.0), round(transform("user_tokens", 99.0), 4)
+    (0.0, 4.6052)
+    >>> transform("trust", 0.25)
+    0.25
+    """
+    return math.log1p(value) if feature in LOG_FEATURES else value
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStats:
+    """Count, mean and sum of squared deviations per feature for one turn window."""
+
+    n: int
+    mean: tuple[float, ...]
+    m2: tuple[float, ...]
+
+    @staticmethod
+    def of(rows: np.ndarray) -> "WindowStats":
+        """Summarise an ``(n_turns, n_features)`` array.
+
+        >>> w = WindowStats.of(np.array([[1.0, 0.0], [3.0, 1.0]]))
+        >>> w.n, w.mean, w.m2
+        (2, (2.0, 0.5), (2.0, 0.5))
+        """
+        n = int(rows.shape[0])
+        mean = rows.mean(axis=0)
+        m2 = ((rows - mean) ** 2).sum(axis=0)
+        return WindowStats(n, tuple(float(x) for x in mean), tuple(float(x) for x in m2))
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureTest:
+    feature: str
+    z: float
+    p_value: float
+    delta: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttunementTest:
+    """The attunement statistic at one checkpoint look."""
+
+    p_value: float
+    p_adjusted: float
+    look: int
+    window: int
+    turns: int
+    features: tuple[FeatureTest, ...]
+    drift: float
+
+
+def look_share(look: int, config: DriftConfig) -> float:
+    """Share of the per-session false-alarm budget spent at checkpoint ``look`` (1-based).
+
+    The shares sum to at most 1 over any number of looks, so the per-session
+    false-alarm rate stays within the budget (Bonferroni over looks).
+
+    >>> cfg = DriftConfig()
+    >>> [round(look_share(k, cfg), 4) for k in (1, 2, 3)]
+    [0.8, 0.1, 0.05]
+    >>> round(sum(look_share(k, cfg) for k in range(1, 60)), 6) <= 1.0
+    True
+    """
+    if look <= 1:
+        return config.first_look_share
+    return (1.0 - config.first_look_share) * 0.5 ** (look - 1)
+
+
+def severity(p_adjusted: float, config: DriftConfig) -> float:
+    """Map a false-alarm-adjusted p-value into [0, 1] so that the tiers are calibrated.
+
+    ``p = alpha_medium`` maps to the medium threshold and ``p = alpha_high`` to the
+    high threshold; in between and beyond the map is linear in ``log p``.
+
+    >>> cfg = DriftConfig()
+    >>> severity(1.0, cfg), severity(cfg.alpha_medium, cfg), round(severity(cfg.alpha_high, cfg), 6)
+    (0.0, 0.5, 0.8)
+    >>> severity(1e-30, cfg)
+    1.0
+    """
+    p = min(1.0, max(p_adjusted, _FLOOR_P))
+    tm, th = config.threshold_medium, config.threshold_high
+    lm, lh, lf = math.log(config.alpha_medium), math.log(config.alpha_high), math.log(1e-8)
+    lp = math.log(p)
+    if lp >= lm:
+        value = tm * lp / lm
+    elif lp >= lh:
+        value = tm + (th - tm) * (lp - lm) / (lh - lm)
+    else:
+        value = th + (1.0 - th) * min(1.0, (lp - lh) / (lf - lh))
+    return min(1.0, max(0.0, value))
+
+
+def _continuous_test(
+    current: np.ndarray, baseline: list[tuple[WindowStats, float]], j: int,
+    pooled_m2: float, pooled_df: int,
+) -> tuple[float, float]:
+    """Pooled-variance two-sample t-test of one feature; returns (t, p)."""
+    k = current.shape[0]
+    weights = np.array([w for _, w in baseline])
+    means = np.array([s.mean[j] for s, _ in baseline])
+    counts = np.array([s.n for s, _ in baseline], dtype=float)
+    total = weights.sum()
+    mu_b = float((weights * means).sum() / total)
+    v_b = float(((weights / total) ** 2 / counts).sum())
+    cur_mean = float(current[:, j].mean())
+    m2 = pooled_m2 + float(((current[:, j] - cur_mean) ** 2).sum())
+    df = pooled_df + k - 1
+    var = max(m2 / df, _VAR_FLOOR)
+    t = (cur_mean - mu_b) / math.sqrt(var * (1.0 / k + v_b))
+    return t, float(2.0 * stats.t.sf(abs(t), df))
+
+
+def _binary_test(current: np.ndarray, baseline: list[tuple[WindowStats, float]], j: int
+                 ) -> tuple[float, float]:
+    """Fisher's exact test of a rate against the baseline's; returns (delta, p)."""
+    k = current.shape[0]
+    c = int(round(float(current[:, j].sum())))
+    n = int(sum(s.n for s, _ in baseline))
+    b = int(round(sum(s.mean[j] * s.n for s, _ in baseline)))
+    p = float(stats.fisher_exact([[c, k - c], [b, n - b]]).pvalue)
+    return c / k - b / max(n, 1), min(1.0, p)
+
+
+def score_attunement_drift(
+    current: np.ndarray,
+    features: tuple[str, ...],
+    baseline_windows: list[tuple[WindowStats, float]],
+    pooled: tuple[tuple[float, ...], int],
+    look: int,
+    window: int,
+    config: DriftConfig,
+) -> AttunementTest:
+    """Test one checkpoint window of turns against the baseline's same window.
+
+    ``current`` holds the window's transformed dynamics, ``(turns, len(features))``.
+    ``baseline_windows`` holds, per baseline session, that window's stats and its
+    recency weight. ``pooled`` is the baseline's within-window sum of squared
+    deviations per feature and its degrees of freedom.
+
+    Each feature gets an exact small-sample test (pooled t, or Fisher's exact test
+    for a binary feature), turned into a z-score; the relational core and the
+    other features are combined as two chi-square statistics, and the smaller
+    p-value wins after a weighted Bonferroni split (``core_share``). The result is
+    adjusted for the look (``look_share``) and mapped by :func:`severity`.
+
+    >>> rng = np.random.default_rng(0)
+    >>> feats = ("trust", "resonance_depth", "valence")
+    >>> sessions = [WindowStats.of(rng.normal(0.6, 0.1, (5, 3))) for _ in range(3)]
+    >>> m2 = tuple(float(sum(s.m2[j] for s in sessions)) for j in range(3))
+    >>> base = [(s, 0.7 ** i) for i, s in enumerate(sessions)]
+    >>> same = score_attunement_drift(rng.normal(0.6, 0.1, (5, 3)), feats, base, (m2, 12), 1, 0,
+    ...                        DriftConfig())
+    >>> shifted = score_attunement_drift(rng.normal([0.45, 0.45, 0.6], 0.1, (5, 3)), feats, base,
+    ...                           (m2, 12), 1, 0, DriftConfig())
+    >>> same.drift < 0.5 <= shifted.drift
+    True
+    >>> shifted.features[0].feature in CORE_FEATURES
+    True
+    """
+    tests: list[FeatureTest] = []
+    pooled_m2, pooled_df = pooled
+    for j, feature in enumerate(features):
+        if feature in BINARY_FEATURES:
+            delta, p = _binary_test(current, baseline_windows, j)
+        else:
+            t, p = _continuous_test(current, baseline_windows, j, pooled_m2[j], pooled_df)
+            delta = t
+        z = float(stats.norm.isf(max(p, _FLOOR_P) / 2.0))
+        tests.append(FeatureTest(feature, z, p, delta))
+    core = [t for t in tests if t.feature in CORE_FEATURES]
+    rest = [t for t in tests if t.feature not in CORE_FEATURES]
+    groups = [(g, share) for g, share in ((core, config.core_share),
+                                          (rest, 1.0 - config.core_share)) if g]
+    if len(groups) == 1:
+        groups = [(groups[0][0], 1.0)]
+    p_value = 1.0
+    for group, share in groups:
+        chi = sum(t.z ** 2 for t in group)
+        p_group = float(stats.chi2.sf(chi, len(group)))
+        p_value = min(p_value, p_group / share)
+    p_value = min(1.0, p_value)
+    p_adj = min(1.0, p_value / look_share(look, config))
+    ranked = tuple(sorted(tests, key=lambda t: -t.z))
+    return AttunementTest(p_value, p_adj, look, window, int(current.shape[0]), ranked,
+                          severity(p_adj, config))
+
+
+def semantic_drift(referenced: dict[str, str]) -> float | None:
+    """Share of referenced baseline commitments whose latest stance contradicts or retracts.
+
+    ``None`` when the session referenced none of them.
+
+    >>> semantic_drift({"c1": "affirm", "c2": "contradict", "c3": "retract", "c4": "affirm"})
+    0.5
+    >>> semantic_drift({}) is None
+    True
+    """
+    if not referenced:
+        return None
+    broken = sum(1 for stance in referenced.values() if stance in ("contradict", "retract"))
+    return broken / len(referenced)
+
+
+def safety_drift(baseline: tuple[str, str, str], current: tuple[str, str, str]) -> float:
+    """Share of the safety fields (gate config, drift policy, consent state) that differ.
+
+    >>> safety_drift(("g1", "p1", "c1"), ("g1", "p2", "c1"))
+    0.3333333333333333
+    """
+    return sum(1 for a, b in zip(baseline, current) if a != b) / len(baseline)
+
+
+@dataclass(frozen=True, slots=True)
+class Composite:
+    score: float
+    tier: Tier
+    driver: str
+
+
+def composite(
+    attunement: float | None, semantic: float | None, safety: float | None,
+    config: DriftConfig,
+) -> Composite | None:
+    """Combine the available components into ``continuity_drift_score`` and its tier.
+
+    The components are calibrated evidence on one scale, so the composite is
+    their weighted sum, capped at 1: with no semantic or safety change it equals
+    the attunement component and keeps its false-alarm rates; independent
+    evidence from several components adds up. Any safety mismatch is high.
+
+    >>> cfg = DriftConfig()
+    >>> composite(0.2, None, 0.0, cfg)
+    Composite(score=0.2, tier=<Tier.LOW: 0>, driver='attunement')
+    >>> composite(0.35, 0.5, 0.0, cfg).tier.label
+    'high'
+    >>> composite(0.0, None, 1 / 3, cfg).tier.label
+    'high'
+    >>> composite(None, None, None, cfg) is None
+    True
+    """
+    parts = {
+        "attunement": (attunement, config.weight_attunement),
+        "semantic": (semantic, config.weight_semantic),
+        "safety": (safety, config.weight_safety),
+    }
+    available = {k: v * w for k, (v, w) in parts.items() if v is not None}
+    if not available:
+        return None
+    score = min(1.0, sum(available.values()))
+    driver = max(available, key=lambda k: available[k])
+    if safety:
+        return Composite(max(score, config.threshold_high), Tier.HIGH, "safety")
+    tier = (Tier.HIGH if score >= config.threshold_high
+            else Tier.MEDIUM if score >= config.threshold_medium else Tier.LOW)
+    return Composite(score, tier, driver)
+
+
+__all__ = [
+    "FEATURES", "AttunementTest", "Composite", "FeatureTest", "WindowStats", "composite",
+    "look_share", "safety_drift", "semantic_drift", "severity", "score_attunement_drift", "transform",
+]

@@ -1,0 +1,1 @@
+"""Kafka, HTTP and the CLI: the I/O shell around the pure `drift` core."""

