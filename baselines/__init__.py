@@ -1,0 +1,1 @@
+"""DuckDB persistence: every SQL statement of the project lives here."""

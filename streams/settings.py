@@ -1,0 +1,89 @@
+"""Worker settings: command-line flags, environment variables and a TOML config file."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from drift.model import DriftConfig
+
+ENV_PREFIX = "CONTINUITY_"
+
+
+class SettingsError(ValueError):
+    """A setting is missing or malformed; the message says which and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    broker: str | None = None
+    data_dir: Path = Path("./data")
+    web_port: int = 6066
+    web_host: str = "127.0.0.1"
+    app_id: str = "continuity-drift"
+    partitions: int = 4
+    review_token: str | None = None
+    batch_max: int = 500
+    batch_within_s: float = 0.05
+    timer_interval_s: float = 5.0
+    session_timeout_s: float = 6.0
+    heartbeat_interval_s: float = 1.0
+    rebalance_timeout_s: float = 10.0
+    log_level: str = "warning"
+    drift: DriftConfig = field(default_factory=DriftConfig)
+
+
+_SIMPLE = {"broker": str, "data_dir": Path, "web_port": int, "web_host": str, "app_id": str,
+           "partitions": int, "review_token": str, "batch_max": int, "batch_within_s": float,
+           "timer_interval_s": float, "session_timeout_s": float,
+           "heartbeat_interval_s": float, "rebalance_timeout_s": float, "log_level": str}
+
+
+def _coerce(name: str, kind: type, raw: Any) -> Any:
+    try:
+        return kind(raw)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"setting {name!r}: cannot read {raw!r} as {kind.__name__}") from exc
+
+
+def drift_config(values: dict[str, Any]) -> DriftConfig:
+    """A :class:`DriftConfig` with ``values`` over the defaults; unknown keys are an error."""
+    known = {f.name: f for f in fields(DriftConfig)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise SettingsError(f"unknown [drift] setting(s) {unknown}; known: {sorted(known)}")
+    base = DriftConfig()
+    typed = {k: _coerce(k, type(getattr(base, k)), v) for k, v in values.items()}
+    return replace(base, **typed)
+
+
+def load_settings(config_file: Path | None, overrides: dict[str, Any]) -> Settings:
+    """Defaults, then the TOML file, then ``CONTINUITY_*`` environment, then flags."""
+    values: dict[str, Any] = {}
+    drift_values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            data = tomllib.loads(Path(config_file).read_text())
+        except FileNotFoundError as exc:
+            raise SettingsError(f"config file {config_file} does not exist") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"config file {config_file} is not valid TOML: {exc}") from exc
+        drift_values = dict(data.pop("drift", {}))
+        worker = dict(data.pop("worker", {}))
+        if data:
+            raise SettingsError(f"config file: unknown section(s) {sorted(data)}; "
+                                "use [worker] and [drift]")
+        unknown = sorted(set(worker) - set(_SIMPLE))
+        if unknown:
+            raise SettingsError(f"unknown [worker] setting(s) {unknown}; known: {sorted(_SIMPLE)}")
+        values.update(worker)
+    for name in _SIMPLE:
+        env = os.environ.get(ENV_PREFIX + name.upper())
+        if env:
+            values[name] = env
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    typed = {k: _coerce(k, _SIMPLE[k], v) for k, v in values.items()}
+    return Settings(**typed, drift=drift_config(drift_values))
