@@ -288,8 +288,6 @@ def _classify(value: bytes, message: str) -> m.FhrEvent | Rejection:
         return Rejection("unknown_field", (name,), event_id)
     if "missing required field" in message and field:
         name = f"{path}.{field.group('name')}" if path else field.group("name")
-        if name == "event_type":
-            return Rejection("unknown_event_type", ("event_type",), event_id)
         return Rejection("missing_field", (name,), event_id)
     if path == "schema":
         return Rejection("unknown_schema", ("schema",), event_id)

@@ -1,0 +1,76 @@
+"""Hand-built FHR events for tests, on top of the simulator's user processes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from drift.model import (
+    BaselineKind, BaselineReconfirmed, Body, FhrEvent, MemoryErase, Mode, ModelTriple,
+    SessionEnd, SessionStart, Turn,
+)
+from drift.simulation import MODEL_A
+
+EVENT_TYPES = {
+    "SessionStart": "session_start", "Turn": "turn", "Semantic": "semantic",
+    "MemoryWrite": "memory_write", "MemoryWriteBlocked": "memory_write_blocked",
+    "MemoryErase": "memory_erase", "ModeChanged": "continuity_mode_changed",
+    "NoticeShown": "model_change_notice_shown", "BaselineReconfirmed": "baseline_reconfirmed",
+    "SessionEnd": "session_end",
+}
+
+
+@dataclass
+class UserScript:
+    """Builds one user's events with increasing event time and unique ids."""
+
+    user_id: str
+    ts: float = 1.7e9
+    seed: int = 0
+    n: int = 0
+    events: list[FhrEvent] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+
+    def emit(self, session_id: str, body: Body, ephemeral: bool = False) -> FhrEvent:
+        self.n += 1
+        e = FhrEvent(f"{self.user_id}-e{self.n}", EVENT_TYPES[type(body).__name__], self.ts,
+                     self.user_id, session_id, ephemeral, body)
+        self.events.append(e)
+        self.ts += 10.0
+        return e
+
+    def turn(self, k: int, trust: float = 0.6, resonance: float = 0.5, **states: object) -> Turn:
+        noise = self.rng.normal(0.0, 1.0, 4)
+        s: dict[str, object] = {"ae_severity": "none", "care_override": False,
+                                "care_cooloff": False, "crisis": False, "legal_hold": False,
+                                "reflection": False}
+        s.update(states)
+        return Turn(k, float(np.clip(trust + 0.05 * noise[0], 0, 1)),
+                    float(np.clip(resonance + 0.05 * noise[1], 0, 1)),
+                    float(np.clip(0.2 + 0.1 * noise[2], -1, 1)), bool(self.rng.random() < 0.1),
+                    bool(s["reflection"]), int(40 + 5 * noise[3]),
+                    float(900 + 100 * self.rng.normal()), str(s["ae_severity"]),
+                    bool(s["care_override"]), bool(s["care_cooloff"]), bool(s["crisis"]),
+                    bool(s["legal_hold"]))
+
+    def session(self, session_id: str, turns: int = 12, mode: Mode = Mode.FULL,
+                trust: float = 0.6, resonance: float = 0.5, gate: str = "gate-1",
+                model: ModelTriple = MODEL_A, ephemeral: bool = False, end: bool = True,
+                extra: list[Body] | None = None) -> None:
+        self.emit(session_id, SessionStart(mode, "consent-1", model, gate, "policy-1"), ephemeral)
+        for k in range(1, turns + 1):
+            self.emit(session_id, self.turn(k, trust, resonance), ephemeral)
+        for body in extra or []:
+            self.emit(session_id, body, ephemeral)
+        if end:
+            self.emit(session_id, SessionEnd(turns, "closed"), ephemeral)
+            self.ts += 86400.0
+
+    def reconfirm(self, session_id: str, *kinds: BaselineKind) -> FhrEvent:
+        return self.emit(session_id, BaselineReconfirmed(tuple(kinds)))
+
+    def erase(self, session_id: str, scope: str = "all", request_id: str = "req-1") -> FhrEvent:
+        return self.emit(session_id, MemoryErase("relational", scope, "user_request", request_id))

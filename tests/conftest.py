@@ -1,0 +1,220 @@
+"""Shared fixtures: a real embedded broker, real worker processes, real DuckDB files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from drift.model import FhrEvent
+from streams import topics
+from streams.broker import EmbeddedBroker, free_loopback_port
+from streams.codec import encode_event
+
+REPO = Path(__file__).resolve().parent.parent
+TOKEN = "test-review-token"
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
+               interval_s: float = 0.2) -> Any:
+    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+@dataclass
+class Broker:
+    bootstrap: str
+    _producer: KafkaProducer | None = None
+
+    def producer(self) -> KafkaProducer:
+        if self._producer is None:
+            self._producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=2)
+        return self._producer
+
+    def send_events(self, events: Iterable[FhrEvent]) -> int:
+        n = 0
+        p = self.producer()
+        for e in events:
+            p.send(topics.INPUT, key=e.user_id.encode(), value=encode_event(e))
+            n += 1
+        p.flush()
+        return n
+
+    def send_raw(self, key: bytes | None, value: bytes) -> None:
+        p = self.producer()
+        p.send(topics.INPUT, key=key, value=value)
+        p.flush()
+
+    def read(self, topic: str) -> list[dict[str, Any]]:
+        """Every message on ``topic`` so far, decoded, in partition order."""
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
+                                 enable_auto_commit=False, consumer_timeout_ms=500)
+        try:
+            parts = [TopicPartition(topic, p) for p in
+                     sorted(consumer.partitions_for_topic(topic) or [])]
+            consumer.assign(parts)
+            consumer.seek_to_beginning(*parts)
+            out = []
+            for msg in consumer:
+                value = json.loads(msg.value)
+                value["_key"] = msg.key.decode() if msg.key else None
+                out.append(value)
+            return out
+        finally:
+            consumer.close()
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close()
+
+
+@pytest.fixture
+def broker() -> Iterator[Broker]:
+    with EmbeddedBroker() as b:
+        topics.create_topics(b.bootstrap, 4)
+        handle = Broker(b.bootstrap)
+        try:
+            yield handle
+        finally:
+            handle.close()
+
+
+@dataclass
+class WorkerProcess:
+    bootstrap: str
+    data_dir: Path
+    config: dict[str, dict[str, Any]] = field(default_factory=dict)
+    token: str | None = TOKEN
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, wait_ready: bool = True) -> "WorkerProcess":
+        self.port = free_loopback_port()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cfg = self.data_dir.parent / f"{self.data_dir.name}.toml"
+        lines = []
+        for section, values in self.config.items():
+            lines.append(f"[{section}]")
+            lines.extend(f"{k} = {json.dumps(v)}" for k, v in values.items())
+        cfg.write_text("\n".join(lines) + "\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
+        if self.token:
+            env["CONTINUITY_REVIEW_TOKEN"] = self.token
+        env["PYTHONWARNINGS"] = "ignore"
+        with open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "streams.cli", "run", "--broker", self.bootstrap,
+                 "--data-dir", str(self.data_dir), "--web-port", str(self.port),
+                 "--config", str(cfg)],
+                cwd=REPO, env=env, stdout=log, stderr=log)
+        if wait_ready:
+            self.wait_ready()
+        return self
+
+    def get(self, path: str, token: str | None = None) -> tuple[int, Any]:
+        req = urllib.request.Request(self.url + path)
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        return _call(req)
+
+    def post(self, path: str, token: str | None = None,
+             headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        req = urllib.request.Request(self.url + path, data=b"", method="POST")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
+        return _call(req)
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
+
+    def wait_ready(self, timeout_s: float = 90.0) -> None:
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited with {self.proc.returncode}; see "
+                                     f"{self.data_dir.parent / (self.data_dir.name + '.log')}")
+            try:
+                return self.get("/readyz")[0] == 200
+            except OSError:
+                return False
+        wait_until(ready, timeout_s, "worker /readyz")
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+
+
+def _call(req: urllib.request.Request) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+        return exc.code, json.loads(body) if body else None
+
+
+FAST = {"worker": {"timer_interval_s": 1.0, "batch_within_s": 0.05}}
+
+
+@pytest.fixture
+def start_worker(broker: Broker, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(name: str = "w1", config: dict[str, dict[str, Any]] | None = None,
+              token: str | None = TOKEN, wait_ready: bool = True) -> WorkerProcess:
+        merged = {k: dict(v) for k, v in FAST.items()}
+        for section, values in (config or {}).items():
+            merged.setdefault(section, {}).update(values)
+        w = WorkerProcess(broker.bootstrap, tmp_path / name, merged, token)
+        started.append(w)
+        return w.start(wait_ready=wait_ready)
+
+    yield start
+    for w in started:
+        w.stop()
+
+
+def output_ids(messages: list[dict[str, Any]]) -> set[str]:
+    return {m["id"] for m in messages}
