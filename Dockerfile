@@ -23,8 +23,11 @@ RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/con
 USER continuity
 WORKDIR /home/continuity
 
+# The web server listens on every interface: in a container, loopback would
+# hide /metrics and /readyz from Prometheus and the orchestrator.
 ENV CONTINUITY_DATA_DIR=/data \
-    CONTINUITY_WEB_PORT=6066
+    CONTINUITY_WEB_PORT=6066 \
+    CONTINUITY_WEB_HOST=0.0.0.0
 VOLUME ["/data"]
 
 # /metrics, /healthz, /readyz and the review API.

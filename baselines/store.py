@@ -167,20 +167,7 @@ class BaselineStore:
     def migrate(self) -> int:
         """Apply pending migrations; returns the schema version."""
         with self._lock:
-            con = self._con
-            con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            row = con.execute("SELECT max(version) FROM schema_version").fetchone()
-            current = int(row[0]) if row and row[0] is not None else 0
-            for version, statements in enumerate(MIGRATIONS, start=1):
-                if version <= current:
-                    continue
-                con.execute("BEGIN")
-                for sql in statements:
-                    con.execute(sql)
-                con.execute("INSERT INTO schema_version VALUES (?)", [version])
-                con.execute("COMMIT")
-                current = version
-            return current
+            return migrate(self._con)
 
     def close(self) -> None:
         with self._lock:
@@ -480,13 +467,10 @@ class BaselineStore:
             self._con.execute("CHECKPOINT")
             self._con.close()
             new = duckdb.connect(fresh)
-            for statements in MIGRATIONS:
-                for sql in statements:
-                    new.execute(sql)
-            new.execute(f"ATTACH '{self.path}' AS old (READ_ONLY)")
+            migrate(new)
+            new.execute("ATTACH ? AS old (READ_ONLY)", [self.path])
             for table in _TABLES:
                 new.execute(f"INSERT INTO {table} SELECT * FROM old.{table}")
-            new.execute("INSERT INTO schema_version SELECT * FROM old.schema_version")
             new.execute("DETACH old")
             new.execute("CHECKPOINT")
             new.close()
@@ -506,6 +490,23 @@ class BaselineStore:
         with self._lock:
             for table in ("user_state", "baseline_versions", "session_summaries"):
                 self._con.execute(f"DELETE FROM {table} WHERE partition IN ({marks})", parts)
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> int:
+    """Bring the schema of ``con`` to the newest version; returns that version."""
+    con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    row = con.execute("SELECT max(version) FROM schema_version").fetchone()
+    current = int(row[0]) if row and row[0] is not None else 0
+    for version, statements in enumerate(MIGRATIONS, start=1):
+        if version <= current:
+            continue
+        con.execute("BEGIN")
+        for sql in statements:
+            con.execute(sql)
+        con.execute("INSERT INTO schema_version VALUES (?)", [version])
+        con.execute("COMMIT")
+        current = version
+    return current
 
 
 _TABLES = ("baseline_versions", "tombstones", "user_state", "partition_offsets",

@@ -18,6 +18,40 @@ BATCH_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2000)
 TURN_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 
 
+#: Closed label sets, created at zero at start-up so that rates and increases
+#: see the first event of each value.
+LABEL_VALUES: dict[str, dict[str, tuple[str, ...]]] = {
+    "events": {"event_type": (
+        "session_start", "turn", "semantic", "memory_write", "memory_write_blocked",
+        "memory_erase", "continuity_mode_changed", "model_change_notice_shown",
+        "baseline_reconfirmed", "session_end")},
+    "rejections": {"reason": (
+        "invalid_json", "unknown_schema", "unknown_event_type", "unknown_field",
+        "missing_field", "wrong_type", "out_of_range", "invalid_value", "invalid_timestamp",
+        "raw_content_rejected", "key_mismatch")},
+    "scores": {"tier": ("low", "medium", "high")},
+    "drift_component": {"component": ("attunement_drift", "semantic_drift", "safety_drift")},
+    "responses": {"action": (
+        "continuity_check_prompted", "continuity_rebaseline_required", "hold_released",
+        "model_change_notice", "posture_downgrade", "reattune_completed", "reattune_failed")},
+    "reattune_outcomes": {"outcome": ("completed", "failed", "never_reached_baseline")},
+    "escalations": {"kind": ("sustained_low_reattune",)},
+    "memory_writes": {"memory_class": ("operational", "relational", "explicit", "ephemeral")},
+    "memory_writes_blocked": {"reason": (
+        "ae_active", "care_override", "crisis", "high_resonance_no_reflection", "legal_hold")},
+    "violations": {"rule": (
+        "relational_write_mode_forbidden", "relational_write_in_blocked_state",
+        "relational_write_unconfirmed", "model_change_undisclosed")},
+    "erasures": {"outcome": ("requested", "in_progress", "partial", "failed", "verified")},
+    "active_sessions": {"mode": (
+        "stateless", "session_only", "continuity_light", "continuity_full")},
+    "baseline_versions": {"kind": ("attunement", "semantic", "safety")},
+    "outputs": {"topic": (
+        "drift.scores", "drift.responses", "continuity.escalations", "governance.violations",
+        "continuity.erasure_receipts")},
+}
+
+
 @dataclass(frozen=True)
 class Metrics:
     """The worker's metrics; build with :func:`build_metrics`."""
@@ -58,9 +92,11 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
     >>> m.events.labels(event_type="turn").inc()
     >>> reg.get_sample_value("continuity_events_total", {"event_type": "turn"})
     1.0
+    >>> reg.get_sample_value("continuity_rejections_total", {"reason": "key_mismatch"})
+    0.0
     """
     r = registry
-    return Metrics(
+    metrics = Metrics(
         events=Counter(
             "continuity_events", "FHR events accepted, by event type",
             ["event_type"], registry=r),
@@ -135,3 +171,9 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
         worker_ready=Gauge(
             "continuity_worker_ready", "1 once the worker has its partitions and state", registry=r),
     )
+    for name, labels in LABEL_VALUES.items():
+        metric = getattr(metrics, name)
+        for label, values in labels.items():
+            for value in values:
+                metric.labels(**{label: value})
+    return metrics

@@ -218,3 +218,37 @@ def start_worker(broker: Broker, tmp_path: Path) -> Iterator[Callable[..., Worke
 
 def output_ids(messages: list[dict[str, Any]]) -> set[str]:
     return {m["id"] for m in messages}
+
+
+@pytest.fixture(scope="session")
+def worker_metrics_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real worker that has processed simulated traffic of every scenario.
+
+    It also saw malformed records and an erase through the review API, so every
+    family of metrics has samples.
+    """
+    from drift.simulation import Scenario, SimParams, simulate
+
+    base = tmp_path_factory.mktemp("live")
+    with EmbeddedBroker() as b:
+        topics.create_topics(b.bootstrap, 4)
+        broker = Broker(b.bootstrap)
+        worker = WorkerProcess(b.bootstrap, base / "worker", {k: dict(v) for k, v in
+                                                              FAST.items()}).start()
+        try:
+            events: list[FhrEvent] = []
+            for evs, _ in simulate(3, list(Scenario), 2, time.time() - 10 * 86400, SimParams()):
+                events.extend(evs)
+            events.sort(key=lambda e: e.ts_s)
+            broker.send_events(events)
+            broker.send_raw(b"u-bad", b"{broken")
+            broker.send_raw(b"u-bad", b'{"schema": "fhr/2"}')
+            first = events[0].user_id
+            wait_until(lambda: len(broker.read(topics.ESCALATIONS)) > 0, 90, "an escalation")
+            status, _ = worker.post(f"/v1/users/{first}/erase", token=TOKEN)
+            assert status == 200
+            wait_until(lambda: len(broker.read(topics.DEADLETTER)) >= 2, 60, "dead letters")
+            yield worker.url + "/metrics"
+        finally:
+            worker.stop()
+            broker.close()
