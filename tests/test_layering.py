@@ -1,0 +1,75 @@
+"""The package boundaries, kept by a machine: pure drift/, SQL in baselines/, Kafka in streams/."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+ALLOWED = {
+    "drift": {"drift", "numpy", "scipy"},
+    "baselines": {"baselines", "drift", "duckdb", "msgspec", "pyarrow"},
+}
+KAFKA_OR_WEB = {"faust", "aiokafka", "kafka", "aiohttp", "prometheus_client", "mode"}
+SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|WITH|ATTACH|COPY|CHECKPOINT)\b")
+STDLIB_IO = {"socket", "subprocess", "urllib", "http", "asyncio", "requests", "sqlite3", "random"}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def _stdlib() -> set[str]:
+    import sys
+    return set(sys.stdlib_module_names)
+
+
+def test_drift_is_pure() -> None:
+    stdlib = _stdlib() - STDLIB_IO
+    for path in (ROOT / "drift").rglob("*.py"):
+        bad = {m for m in _imports(path) if m not in stdlib and m not in ALLOWED["drift"]}
+        bad |= _imports(path) & STDLIB_IO
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+        text = path.read_text()
+        for clock in ("time.time(", "datetime.now(", "np.random.seed(", "random.seed("):
+            assert clock not in text, f"{path.relative_to(ROOT)} reads a clock or global seed"
+
+
+def test_baselines_imports_only_storage_and_drift() -> None:
+    stdlib = _stdlib()
+    for path in (ROOT / "baselines").rglob("*.py"):
+        bad = {m for m in _imports(path) if m not in stdlib and m not in ALLOWED["baselines"]}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_sql_lives_only_in_baselines() -> None:
+    for package in ("drift", "streams"):
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    assert not SQL.search(node.value), (
+                        f"SQL in {path.relative_to(ROOT)}: {node.value[:60]!r}")
+            assert "duckdb" not in _imports(path), f"{path.relative_to(ROOT)} imports duckdb"
+
+
+def test_kafka_and_http_live_only_in_streams() -> None:
+    for package in ("drift", "baselines"):
+        for path in (ROOT / package).rglob("*.py"):
+            bad = _imports(path) & KAFKA_OR_WEB
+            assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_the_global_metrics_registry_is_never_used() -> None:
+    for path in (ROOT / "streams").rglob("*.py"):
+        text = path.read_text()
+        assert "REGISTRY" not in text.replace("CollectorRegistry", "")
+        assert "start_http_server" not in text
