@@ -425,7 +425,7 @@ class BaselineStore:
                 con.execute("INSERT INTO erasure_requests VALUES (?, ?, ?, ?)",
                             [command.request_id, ref, command.reason, command.ts_s])
                 targets = []
-                for kind in kinds:
+                for kind in sorted(kinds):
                     baseline_id, versions = found[kind]
                     left = con.execute(
                         "SELECT count(*) FROM baseline_versions WHERE user_id = ? AND kind = ? "

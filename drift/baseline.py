@@ -112,7 +112,13 @@ class UserBaselines:
     safety: SafetyBaseline | None = None
 
     def model(self) -> ModelTriple | None:
-        for b in (self.attunement, self.semantic, self.safety):
+        """The model the user's continuity was established with (relational baselines only).
+
+        The safety baseline is operational memory and outlives a relational erasure;
+        with no relational baseline left there is no established continuity that a
+        model change could disrupt.
+        """
+        for b in (self.attunement, self.semantic):
             if b is not None:
                 return b.meta.model
         return None

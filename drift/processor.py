@@ -103,11 +103,16 @@ class UserState:
     reattune_required: bool = False
     low_streak: int = 0
     escalated: bool = False
+    durable: bool = False
 
     @property
     def persistable(self) -> bool:
-        """Whether anything about this user may be written to disk (SPEC section 3)."""
-        if self.mode is None or not self.mode.keeps_baselines:
+        """Whether anything about this user may be written to disk (SPEC section 3).
+
+        Only users in a baselining mode who have had a session that was not
+        ephemeral; never while an ephemeral session is open.
+        """
+        if not self.durable or self.mode is None or not self.mode.keeps_baselines:
             return False
         return self.session is None or not self.session.ephemeral
 
@@ -145,9 +150,10 @@ def _response(
     effects.outputs.append(Output(OutputKind.RESPONSE, user_id, payload))
 
 
-def _violation(effects: Effects, event: FhrEvent, rule: str, reason: str, ts_s: float) -> None:
+def _violation(effects: Effects, event: FhrEvent, rule: str, reason: str, ts_s: float,
+               session_id: str | None = None) -> None:
     out_id = derive_id("violation", rule, event.user_id, event.event_id)
-    payload = envelope(out_id, event.user_id, event.session_id, ts_s)
+    payload = envelope(out_id, event.user_id, session_id or event.session_id, ts_s)
     payload.update(rule=rule, reason=reason, event_id=event.event_id)
     effects.outputs.append(Output(OutputKind.VIOLATION, event.user_id, payload))
 
@@ -365,7 +371,7 @@ def _check_disclosure(state: UserState, ctx: StepContext, effects: Effects) -> N
         session.undisclosed_checked = True
         if not session.notice_shown:
             _violation(effects, ctx.event, "model_change_undisclosed", "notice_not_shown",
-                       ctx.ts_s)
+                       ctx.ts_s, session.session_id)
 
 
 # --------------------------------------------------------------------------- erasure
@@ -592,7 +598,10 @@ def _on_session_start(state: UserState, body: Any, baselines: UserBaselines,
     )
     state.session = session
     if not body.mode.keeps_baselines:
+        state.durable = False
         return baselines
+    if not session.ephemeral:
+        state.durable = True
     if baselines.metas():
         state.last_used_s = ctx.ts_s
     if baselines.safety is not None:

@@ -88,8 +88,11 @@ def score_reattunement(
     The kernels are 1 while the gap is within what a same-process session shows
     at ``reattune_tolerance_level`` and decay beyond it.
 
-    Missing parts give their weight to the others. Every part is largest for
-    identical dynamics and falls as the session moves away from the profile.
+    Missing parts give their weight to the others; when the parts present carry
+    no weight at all (say a configuration that weighs only trust, in light mode),
+    the score is the convergence part, the one part every session has. Every
+    part is largest for identical dynamics and falls as the session moves away
+    from the profile.
 
     >>> cfg = DriftConfig()
     >>> late, sd = np.array([0.7, 0.6]), np.array([0.1, 0.1])
@@ -99,6 +102,9 @@ def score_reattunement(
     >>> far = score_reattunement(np.tile(late - 0.3, (5, 1)), late, sd, 0, None, cfg)
     >>> round(far.quality, 3), far.turns_to_baseline
     (0.003, None)
+    >>> trust_only = DriftConfig(reattune_weight_convergence=0.0, reattune_weight_semantic=0.0)
+    >>> score_reattunement(np.tile(late, (5, 1)), late, sd, None, None, trust_only).quality
+    1.0
     """
     turns = early.shape[0]
     late_turns = config.late_profile_turns
@@ -118,5 +124,6 @@ def score_reattunement(
              (consistency, config.reattune_weight_semantic),
              (trust, config.reattune_weight_trust)]
     used = [(v, w) for v, w in parts if v is not None]
-    quality = sum(v * w for v, w in used) / sum(w for _, w in used)
+    total = sum(w for _, w in used)
+    quality = sum(v * w for v, w in used) / total if total > 0 else convergence
     return ReattuneScore(min(1.0, max(0.0, quality)), ttb, convergence, consistency, trust)

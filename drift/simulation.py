@@ -52,6 +52,8 @@ class SimParams:
     mode: Mode = Mode.FULL
     gap_s: float = 86400.0
     turn_gap_s: float = 20.0
+    low_sessions: int = 3
+    low_streaks: int = 1
 
 
 @dataclass(frozen=True)
@@ -239,33 +241,54 @@ def simulate_user(
             _session(w, rng, proc, sid, mode, p.turns, zero, gate="gate-cfg-4")
             row(sid, "test", "high", safety=True)
         elif scenario is Scenario.MODEL_CHANGE_HEALTHY:
-            disrupt = np.zeros(6)
-            disrupt[:3] = -1.0 * sd[:3]
-            _session(w, rng, proc, sid, mode, p.turns, disrupt, model=MODEL_B, notice=True,
-                     converge_at=2)
+            _session(w, rng, proc, sid, mode, p.turns, _disruption(mode, sd, 1.0), model=MODEL_B,
+                     notice=True, converge_at=2)
             row(sid, "test", "reattune_completed", model=True, notice=True)
         elif scenario is Scenario.MODEL_CHANGE_COLLAPSED:
-            collapse = np.zeros(6)
-            collapse[:3] = -3.0 * sd[:3]
-            collapse[4] = -2.0 * sd[4]
+            collapse = _disruption(mode, sd, 3.0)
+            if mode is Mode.FULL:
+                collapse[4] = -2.0 * sd[4]
             _session(w, rng, proc, sid, mode, p.turns, collapse, model=MODEL_B, notice=True)
             row(sid, "test", "reattune_failed", model=True, notice=True)
         elif scenario is Scenario.MODEL_CHANGE_UNDISCLOSED:
             _session(w, rng, proc, sid, mode, p.turns, zero, model=MODEL_B, notice=False)
             row(sid, "test", "model_change_undisclosed", model=True)
         elif scenario is Scenario.SUSTAINED_LOW:
-            for k in range(3):
-                sid_k = f"{sid}-low{k}"
-                collapse = np.zeros(6)
-                collapse[:3] = -3.0 * sd[:3]
-                _session(w, rng, proc, sid_k, mode, p.turns, collapse)
-                row(sid_k, "test", "low_reattune")
-            truth[-1] = TruthRow(user_id, sid_k, scenario.value, "test", 0.0, 0.0, False, False,
-                                 False, "sustained_low_reattune")
+            for streak in range(p.low_streaks):
+                if streak:
+                    sid_r = f"{sid}-rearm{streak}"
+                    _session(w, rng, proc, sid_r, mode, p.turns, zero)
+                    row(sid_r, "test", "rearm")
+                for k in range(p.low_sessions):
+                    sid_k = f"{sid}-low{k}" if not streak else f"{sid}-r{streak}-low{k}"
+                    _session(w, rng, proc, sid_k, mode, p.turns, _disruption(mode, sd, 3.0))
+                    row(sid_k, "test", "sustained_low_reattune" if k == 2 else "low_reattune")
         elif scenario is Scenario.GOVERNANCE:
             _governance_session(w, rng, proc, sid, mode)
             row(sid, "test", "violations")
     return w.events, truth
+
+
+def _disruption(mode: Mode, sd: np.ndarray, size: float) -> np.ndarray:
+    """An offset of ``size`` turn standard deviations on dynamics ``mode`` may baseline.
+
+    Full mode moves trust, resonance and valence down. Light mode holds only the
+    style features, so there the same size moves user tokens down and latency up;
+    a change a mode cannot see would not be a change of its re-attunement.
+
+    >>> sd = np.array([0.1, 0.1, 0.1, 0.0, 0.4, 0.2])
+    >>> _disruption(Mode.FULL, sd, 2.0).round(2).tolist()
+    [-0.2, -0.2, -0.2, 0.0, 0.0, 0.0]
+    >>> _disruption(Mode.LIGHT, sd, 2.0).round(2).tolist()
+    [0.0, 0.0, 0.0, 0.0, -0.8, 0.4]
+    """
+    offset = np.zeros(6)
+    if mode is Mode.LIGHT:
+        offset[4] = -size * sd[4]
+        offset[5] = size * sd[5]
+    else:
+        offset[:3] = -size * sd[:3]
+    return offset
 
 
 def _governance_session(w: _Writer, rng: np.random.Generator, proc: UserProcess, sid: str,

@@ -25,7 +25,7 @@ from baselines.store import BaselineStore, BatchWrite, ErasureResult, SessionSum
 from drift.baseline import UserBaselines, derive_id
 from drift.model import BaselineKind, DriftConfig, FhrEvent, Mode
 from drift.outputs import ErasureCommand, Output, OutputKind, envelope
-from drift.processor import UserState, close_idle, expired_kinds, step
+from drift.processor import SessionState, UserState, close_idle, expired_kinds, step
 from drift.model import MemoryWrite, MemoryWriteBlocked, NoticeShown
 from streams import topics
 from streams.codec import Rejection, decode_event, encode_json
@@ -57,6 +57,10 @@ class OutMessage:
 @dataclass
 class _SessionStat:
     partition: int
+    mode: str = "unknown"
+    started_s: float = 0.0
+    turns: int = 0
+    model_change: bool = False
     scores: int = 0
     max_tier: str = "low"
     reattune_quality: float | None = None
@@ -171,12 +175,14 @@ class Engine:
             state = UserState(user_id)
             self.states[user_id] = state
         self._advance_watermark(record.partition, event.ts_s, now)
+        before = state.session
         effects, after = step(state, event, self.baselines.get(user_id, UserBaselines()),
                               self.config)
         if effects.duplicate:
             return False
         self.baselines[user_id] = after
         touched[user_id] = record.partition
+        self._track_session(state, before, record.partition)
         self._apply(effects.outputs, effects.baseline_writes, effects.erasures, batch,
                     record.partition, state)
         return bool(effects.outputs)
@@ -184,6 +190,7 @@ class Engine:
     def _apply(self, outputs: list[Output], writes: list[Any], erasures: list[ErasureCommand],
                batch: PendingBatch, partition: int, state: UserState) -> None:
         for command in erasures:
+            self._flush_pending(batch, command.user_id)
             result = self._erase(command, partition)
             batch.erased = True
             self._publish(batch, self._receipt(command, result))
@@ -194,6 +201,19 @@ class Engine:
         for out in outputs:
             self._observe_output(out, state, partition, batch)
             self._publish(batch, out)
+
+    def _flush_pending(self, batch: PendingBatch, user_id: str) -> None:
+        """Write a user's baseline versions from earlier in this batch before erasing them.
+
+        The erasure then finds, tombstones and verifies them like older versions.
+        Writing them early is safe: versions are immutable and keyed by id, so a
+        replay after a crash writes the same rows again.
+        """
+        mine = [(p, b) for p, b in batch.write.baselines if b.meta.user_id == user_id]
+        if mine:
+            batch.write.baselines = [(p, b) for p, b in batch.write.baselines
+                                     if b.meta.user_id != user_id]
+            self.store.commit_batch(BatchWrite(topic=topics.INPUT, baselines=mine))
 
     def _erase(self, command: ErasureCommand, partition: int) -> ErasureResult:
         everything = set(command.kinds) == set(BaselineKind)
@@ -300,27 +320,29 @@ class Engine:
             else:
                 batch.write.dropped_states.add(user_id)
             session = state.session
+            self._track_session(state, session, partition)
             for (u, sid), stat in list(self._sessions.items()):
                 if u != user_id:
                     continue
                 open_now = session is not None and session.session_id == sid
-                if state.persistable and (open_now or stat.scores or stat.reattune_quality):
-                    batch.write.sessions.append(self._summary(state, sid, stat, open_now))
+                if state.persistable:
+                    batch.write.sessions.append(SessionSummary(
+                        user_id, sid, stat.partition, stat.mode, stat.started_s,
+                        None if open_now else state.clock_s, stat.turns, stat.max_tier,
+                        stat.scores, stat.model_change, stat.reattune_quality))
                 if not open_now:
                     del self._sessions[(u, sid)]
-            if session is not None and state.persistable:
-                self._sessions.setdefault((user_id, session.session_id), _SessionStat(partition))
         self._refresh_gauges()
 
-    def _summary(self, state: UserState, session_id: str, stat: _SessionStat, open_now: bool
-                 ) -> SessionSummary:
-        s = state.session if open_now else None
-        return SessionSummary(
-            state.user_id, session_id, stat.partition,
-            s.mode.value if s else (state.mode.value if state.mode else "unknown"),
-            s.started_s if s else state.clock_s, None if open_now else state.clock_s,
-            s.n_turns if s else 0, stat.max_tier, stat.scores,
-            bool(s.model_change) if s else False, stat.reattune_quality)
+    def _track_session(self, state: UserState, session: SessionState | None, partition: int
+                       ) -> None:
+        """Keep what the review API shows of a session, while it is open and as it ends."""
+        if session is None or session.ephemeral or not session.mode.keeps_baselines:
+            return
+        stat = self._sessions.setdefault((state.user_id, session.session_id),
+                                         _SessionStat(partition))
+        stat.mode, stat.started_s = session.mode.value, session.started_s
+        stat.turns, stat.model_change = session.n_turns, session.model_change
 
     def _advance_watermark(self, partition: int, ts_s: float, now: float) -> None:
         mark, _ = self.watermarks.get(partition, (0.0, now))
@@ -372,7 +394,9 @@ class Engine:
                 self.baselines[user_id] = base
                 touched[user_id] = partition
             if state.session is not None:
+                before = state.session
                 effects, after = close_idle(state, base, now_s, self.config)
+                self._track_session(state, before, partition)
                 if effects.outputs or effects.baseline_writes or state.session is None:
                     self.baselines[user_id] = after
                     touched[user_id] = partition

@@ -216,6 +216,17 @@ def start_worker(broker: Broker, tmp_path: Path) -> Iterator[Callable[..., Worke
         w.stop()
 
 
+def events_processed(worker: WorkerProcess) -> float:
+    """Accepted events so far, from the worker's own metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for family in text_string_to_metric_families(worker.metrics_text()):
+        if family.name == "continuity_events":
+            total += sum(s.value for s in family.samples if s.name.endswith("_total"))
+    return total
+
+
 def output_ids(messages: list[dict[str, Any]]) -> set[str]:
     return {m["id"] for m in messages}
 

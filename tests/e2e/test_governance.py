@@ -1,0 +1,199 @@
+"""Memory governance, privacy and forgetting, end to end with real DuckDB files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from drift.model import MemoryWrite, Mode, ModeChanged, Semantic, SessionStart
+from drift.simulation import MODEL_A
+from streams import topics
+from tests.builders import UserScript
+from tests.conftest import TOKEN, events_processed, wait_until
+
+
+def _bytes_under(directory: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file())
+
+
+def _drift_scores(broker, user_id):
+    return [m for m in broker.read(topics.SCORES)
+            if m["user_id"] == user_id and m.get("score_kind") == "continuity_drift"]
+
+
+def test_stateless_and_ephemeral_users_leave_nothing_on_disk(broker, start_worker):
+    worker = start_worker()
+    stateless = UserScript("ghost-stateless-7781", seed=1)
+    ephemeral = UserScript("ghost-ephemeral-5512", seed=2)
+    durable = UserScript("durable-user-3301", seed=3)
+    for i in range(2):
+        stateless.session(f"gs-{i}", mode=Mode.STATELESS,
+                          extra=[MemoryWrite(3, "relational", "style", "pref", "consent-1", True)])
+        ephemeral.session(f"ge-{i}", ephemeral=True)
+        durable.session(f"du-{i}")
+    ephemeral.session("ge-2", ephemeral=True)
+    broker.send_events(stateless.events + ephemeral.events + durable.events)
+
+    total = len(stateless.events) + len(ephemeral.events) + len(durable.events)
+    wait_until(lambda: events_processed(worker) >= total, 90, "every event processed")
+    wait_until(lambda: len([m for m in broker.read(topics.VIOLATIONS)
+                            if m["user_id"] == "ghost-stateless-7781"]) == 2, 60,
+               "violations of the stateless user")
+    wait_until(lambda: worker.get(f"/v1/users/durable-user-3301/baselines", TOKEN)[0] == 200, 60,
+               "durable user's baselines")
+    assert worker.stop() == 0
+    data = _bytes_under(worker.data_dir)
+    assert b"durable-user-3301" in data, "the check must be able to see ids on disk"
+    assert b"ghost-stateless-7781" not in data
+    assert b"ghost-ephemeral-5512" not in data
+
+
+def test_erasure_reaches_every_copy_and_the_next_session_has_no_baseline(broker, start_worker):
+    worker = start_worker()
+    user = UserScript("erased-user", seed=4)
+    marker = "zebra-commitment-4242"
+    for i in range(3):
+        user.session(f"er-{i}", extra=[Semantic(2, marker, "constraint", "affirm")])
+    broker.send_events(user.events)
+    wait_until(lambda: worker.get("/v1/users/erased-user/baselines", TOKEN)[0] == 200, 90,
+               "baselines")
+    status, body = worker.get("/v1/users/erased-user/baselines", TOKEN)
+    assert marker in str(body)
+    worker.stop()
+    assert marker.encode() in _bytes_under(worker.data_dir), "the check must see the value"
+    worker.start()
+
+    erase = user.erase("er-3", scope="all", request_id="erase-req-1")
+    user.ts += 86400
+    user.session("er-4")
+    broker.send_events(user.events[-15:])
+    receipts = wait_until(lambda: [m for m in broker.read(topics.RECEIPTS)
+                                   if m["request_id"] == "erase-req-1"], 60, "receipt")
+    receipt = receipts[0]
+    assert receipt["cause_event_id"] == erase.event_id
+    assert receipt["outcome"] == "verified"
+    assert {t["kind"] for t in receipt["targets"]} == {"attunement", "semantic"}
+    assert all(t["outcome"] == "verified" and t["versions"] >= 1 for t in receipt["targets"])
+
+    after = wait_until(lambda: [m for m in _drift_scores(broker, "erased-user")
+                                if m["session_id"] == "er-4"], 60, "next session's score")
+    assert after[0]["baselines"]["attunement"] is None
+    assert after[0]["baselines"]["semantic"] is None
+    assert after[0]["components"]["attunement_drift"] is None
+
+    status, history = worker.get("/v1/users/erased-user/baselines/history", TOKEN)
+    assert status == 200
+    tombs = history["tombstones"]
+    assert {t["kind"] for t in tombs} == {"attunement", "semantic"}
+    assert all(t["request_id"] == "erase-req-1" and t["reason"] == "user_request" for t in tombs)
+    assert marker not in str(history)
+    worker.stop()
+    assert marker.encode() not in _bytes_under(worker.data_dir)
+
+
+def test_review_api_refuses_without_a_token_and_hides_unknown_users(broker, start_worker):
+    closed = start_worker("closed", token=None)
+    for path in ("/v1/users/anyone/baselines", "/v1/users/anyone/baselines/history",
+                 "/v1/users/anyone/sessions/s1"):
+        assert closed.get(path, "whatever")[0] == 403
+    assert closed.post("/v1/users/anyone/erase", "whatever")[0] == 403
+    closed.stop()
+
+    worker = start_worker("open")
+    user = UserScript("known-user", seed=5)
+    for i in range(2):
+        user.session(f"kn-{i}")
+    broker.send_events(user.events)
+    wait_until(lambda: worker.get("/v1/users/known-user/baselines", TOKEN)[0] == 200, 90,
+               "baselines")
+    unknown = worker.get("/v1/users/nobody-here/baselines", TOKEN)
+    for token in (None, "wrong-token"):
+        assert worker.get("/v1/users/known-user/baselines", token) == unknown
+        assert worker.get("/v1/users/known-user/baselines/history", token) == unknown
+    assert unknown[0] == 404
+    status, session = worker.get("/v1/users/known-user/sessions/kn-1", TOKEN)
+    assert status == 200 and session["turns"] == 12 and session["ended_at"] is not None
+
+    first = worker.post("/v1/users/known-user/erase", TOKEN, {"Idempotency-Key": "api-erase-1"})
+    again = worker.post("/v1/users/known-user/erase", TOKEN, {"Idempotency-Key": "api-erase-1"})
+    assert first[0] == again[0] == 200
+    assert first[1]["id"] == again[1]["id"]
+    assert first[1]["targets"] == again[1]["targets"]
+    assert first[1]["outcome"] == "verified"
+    nobody = worker.post("/v1/users/nobody-here/erase", TOKEN, {"Idempotency-Key": "api-erase-2"})
+    assert nobody[0] == 200
+    assert set(nobody[1]) == set(first[1])
+    assert [t["kind"] for t in nobody[1]["targets"]] == [t["kind"] for t in first[1]["targets"]]
+    assert worker.get("/v1/users/known-user/baselines", TOKEN) == unknown
+
+
+def test_each_violation_rule_fires_on_its_case_and_not_on_its_twin(broker, start_worker):
+    start_worker()
+    full = UserScript("audit-full", seed=6)
+    full.emit("af-1", SessionStart(Mode.FULL, "consent-1", MODEL_A, "g", "p"))
+    full.emit("af-1", full.turn(1, reflection=True))
+    ok_confirmed = full.emit("af-1", MemoryWrite(1, "relational", "trust_trajectory", "t",
+                                                 "consent-1", True))
+    unconfirmed = full.emit("af-1", MemoryWrite(1, "relational", "trust_trajectory", "t",
+                                                "consent-1", False))
+    full.emit("af-1", full.turn(2, crisis=True))
+    in_crisis = full.emit("af-1", MemoryWrite(2, "relational", "style", "s", "consent-1", True))
+    for k in (3, 4, 5):
+        full.emit("af-1", full.turn(k, resonance=0.95))
+    intense = full.emit("af-1", MemoryWrite(5, "relational", "style", "s", "consent-1", True))
+    full.emit("af-1", full.turn(6, resonance=0.95, reflection=True))
+    after_reflection = full.emit("af-1", MemoryWrite(6, "relational", "style", "s", "consent-1",
+                                                     True))
+    light = UserScript("audit-light", seed=7)
+    light.session("al-1", mode=Mode.LIGHT, turns=2, end=False)
+    style_ok = light.emit("al-1", MemoryWrite(2, "relational", "style", "s", "consent-1", True))
+    topic_bad = light.emit("al-1", MemoryWrite(2, "relational", "topic", "s", "consent-1", True))
+    only = UserScript("audit-session-only", seed=8)
+    only.session("ao-1", mode=Mode.SESSION_ONLY, turns=2, end=False)
+    forbidden = only.emit("ao-1", MemoryWrite(2, "relational", "style", "s", "consent-1", True))
+    explicit = only.emit("ao-1", MemoryWrite(2, "explicit", "style", "s", "consent-1", True))
+    only.emit("ao-1", ModeChanged(Mode.SESSION_ONLY, Mode.FULL, "consent-2", False))
+    broker.send_events(full.events + light.events + only.events)
+
+    expected = {
+        (unconfirmed.event_id, "relational_write_unconfirmed"),
+        (in_crisis.event_id, "relational_write_in_blocked_state"),
+        (intense.event_id, "relational_write_in_blocked_state"),
+        (topic_bad.event_id, "relational_write_mode_forbidden"),
+        (forbidden.event_id, "relational_write_mode_forbidden"),
+    }
+
+    def seen():
+        return {(m["event_id"], m["rule"]) for m in broker.read(topics.VIOLATIONS)}
+
+    wait_until(lambda: seen() >= expected, 60, "violations")
+    got = seen()
+    assert got == expected
+    clean = {ok_confirmed.event_id, after_reflection.event_id, style_ok.event_id,
+             explicit.event_id}
+    assert not clean & {event_id for event_id, _ in got}
+    reasons = {m["event_id"]: m["reason"] for m in broker.read(topics.VIOLATIONS)}
+    assert reasons[in_crisis.event_id] == "crisis"
+    assert reasons[intense.event_id] == "high_resonance_no_reflection"
+    assert reasons[forbidden.event_id] == "mode_session_only"
+
+
+def test_expired_baselines_stop_being_used_and_are_purged_with_a_receipt(broker, start_worker):
+    worker = start_worker()
+    user = UserScript("returning-user", seed=9)
+    for i in range(3):
+        user.session(f"rt-{i}", mode=Mode.LIGHT)
+    user.ts += 31 * 86400
+    user.session("rt-late", mode=Mode.LIGHT)
+    broker.send_events(user.events)
+    def fresh_baseline():
+        status, body = worker.get("/v1/users/returning-user/baselines", TOKEN)
+        return status == 200 and all(b["source_session"] == "rt-late" and b["version"] == 1
+                                     for b in body["baselines"])
+
+    wait_until(fresh_baseline, 90, "a fresh baseline from the late session")
+    late = [m for m in _drift_scores(broker, "returning-user") if m["session_id"] == "rt-late"]
+    assert late == [], "with every baseline expired there is nothing to score against"
+    receipts = [m for m in broker.read(topics.RECEIPTS) if m["user_id"] == "returning-user"]
+    assert len(receipts) == 1 and receipts[0]["reason"] == "ttl_expired"
+    assert {t["kind"] for t in receipts[0]["targets"]} == {"attunement", "semantic", "safety"}
+    assert receipts[0]["outcome"] == "verified"
