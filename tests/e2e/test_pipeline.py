@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-
 from drift.model import BaselineKind, DriftConfig
 from drift.replay import replay
 from drift.simulation import Scenario, SimParams, simulate
@@ -61,7 +59,7 @@ def test_stable_low_shifted_flagged_and_dead_letters_keep_the_worker_going(broke
     for m in dead:
         assert set(m) >= {"reason", "source", "fields", "id"}
         assert m["source"]["topic"] == topics.INPUT
-    assert [m for m in dead if m["reason"] == "raw_content_rejected"][0]["fields"] == [
+    assert next(m for m in dead if m["reason"] == "raw_content_rejected")["fields"] == [
         "commitment_id"]
     assert worker.proc is not None and worker.proc.poll() is None
 
@@ -86,7 +84,7 @@ def test_safety_mismatch_holds_across_sessions_until_reconfirmed(broker, start_w
     wait_until(lambda: any(m["session_id"] == "h-after" for m in _scores(broker, "held-user")),
                90, "scores of the session after the release")
     scores = _scores(broker, "held-user")
-    start = [m for m in scores if m["session_id"] == "h-mismatch"][0]
+    start = next(m for m in scores if m["session_id"] == "h-mismatch")
     assert start["checkpoint"] == "session_start"
     assert start["tier"] == "high" and start["components"]["safety_drift"] > 0
     assert start["attribution"]["component"] == "safety"
