@@ -126,21 +126,11 @@ class UserBaselines:
     def metas(self) -> list[BaselineMeta]:
         return [b.meta for b in (self.attunement, self.semantic, self.safety) if b is not None]
 
-    def without(self, kinds: frozenset[BaselineKind]) -> "UserBaselines":
+    def without(self, kinds: frozenset[BaselineKind]) -> UserBaselines:
         return UserBaselines(
             None if BaselineKind.ATTUNEMENT in kinds else self.attunement,
             None if BaselineKind.SEMANTIC in kinds else self.semantic,
             None if BaselineKind.SAFETY in kinds else self.safety,
-        )
-
-    def touched(self, now_s: float, config: DriftConfig) -> "UserBaselines":
-        """Every version with its expiry moved to ``now_s`` plus its mode's TTL."""
-        def bump(meta: BaselineMeta) -> BaselineMeta:
-            return replace(meta, expires_at_s=now_s + config.ttl_s(meta.mode))
-        return UserBaselines(
-            replace(self.attunement, meta=bump(self.attunement.meta)) if self.attunement else None,
-            replace(self.semantic, meta=bump(self.semantic.meta)) if self.semantic else None,
-            replace(self.safety, meta=bump(self.safety.meta)) if self.safety else None,
         )
 
 

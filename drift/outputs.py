@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from drift.baseline import AttunementBaseline, BaselineMeta, SafetyBaseline, SemanticBaseline
@@ -59,7 +59,7 @@ class Effects:
     duplicate: bool = False
     orphan: bool = False
 
-    def extend(self, other: "Effects") -> None:
+    def extend(self, other: Effects) -> None:
         self.outputs.extend(other.outputs)
         self.baseline_writes.extend(other.baseline_writes)
         self.erasures.extend(other.erasures)
@@ -71,7 +71,7 @@ def iso(ts_s: float) -> str:
     >>> iso(0.0)
     '1970-01-01T00:00:00.000000Z'
     """
-    return datetime.fromtimestamp(ts_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(ts_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def baseline_ref(meta: BaselineMeta | None) -> dict[str, Any] | None:

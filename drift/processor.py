@@ -17,21 +17,55 @@ import numpy as np
 
 from drift import ladder
 from drift.baseline import (
-    AttunementBaseline, BaselineMeta, SafetyBaseline, SemanticBaseline, UserBaselines,
-    derive_id, fold_attunement, next_meta, restrict_features,
+    AttunementBaseline,
+    BaselineMeta,
+    SafetyBaseline,
+    SemanticBaseline,
+    UserBaselines,
+    derive_id,
+    fold_attunement,
+    next_meta,
+    restrict_features,
 )
 from drift.model import (
-    ATTUNEMENT_CATEGORIES, FEATURES, LIGHT_CATEGORIES, MODE_FEATURES, SEMANTIC_CATEGORIES,
-    BaselineKind, BaselineReconfirmed, DriftConfig, FhrEvent, MemoryErase, MemoryWrite, Mode,
-    ModelTriple, ModeChanged, NoticeShown, Semantic, SessionEnd, SessionStart, Tier, Turn,
+    ATTUNEMENT_CATEGORIES,
+    FEATURES,
+    LIGHT_CATEGORIES,
+    MODE_FEATURES,
+    SEMANTIC_CATEGORIES,
+    BaselineKind,
+    BaselineReconfirmed,
+    DriftConfig,
+    FhrEvent,
+    MemoryErase,
+    MemoryWrite,
+    Mode,
+    ModeChanged,
+    ModelTriple,
+    NoticeShown,
+    Semantic,
+    SessionEnd,
+    SessionStart,
+    Tier,
+    Turn,
 )
 from drift.outputs import (
-    Effects, ErasureCommand, Output, OutputKind, baseline_ref, envelope,
+    Effects,
+    ErasureCommand,
+    Output,
+    OutputKind,
+    baseline_ref,
+    envelope,
 )
 from drift.reattune import ReattuneScore, score_reattunement
 from drift.scoring import (
-    AttunementTest, WindowStats, composite, safety_drift, score_attunement_drift,
-    semantic_drift, transform,
+    AttunementTest,
+    WindowStats,
+    composite,
+    safety_drift,
+    score_attunement_drift,
+    semantic_drift,
+    transform,
 )
 
 MAX_SEMANTIC_ITEMS = 256

@@ -7,8 +7,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from drift.model import (
-    BaselineKind, BaselineReconfirmed, Body, FhrEvent, MemoryErase, Mode, ModelTriple,
-    SessionEnd, SessionStart, Turn,
+    BaselineKind,
+    BaselineReconfirmed,
+    Body,
+    FhrEvent,
+    MemoryErase,
+    Mode,
+    ModelTriple,
+    SessionEnd,
+    SessionStart,
+    Turn,
 )
 from drift.simulation import MODEL_A
 

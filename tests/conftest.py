@@ -111,7 +111,7 @@ class WorkerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, wait_ready: bool = True) -> "WorkerProcess":
+    def start(self, wait_ready: bool = True) -> WorkerProcess:
         self.port = free_loopback_port()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.data_dir.parent / f"{self.data_dir.name}.toml"
