@@ -87,7 +87,8 @@ def reconfirm(state: LadderState, kinds: frozenset[BaselineKind]) -> tuple[Ladde
     """``baseline_reconfirmed`` for ``kinds``; returns the new state and whether a HOLD lifted.
 
     A HOLD lifts only when ``kinds`` covers every kind that caused it; the session
-    then starts over from low, because the user has explicitly re-confirmed.
+    then starts over from low, because the user has explicitly re-confirmed. A
+    continuity check already prompted in this session is not prompted again.
 
     >>> held = step(initial(), Tier.HIGH, frozenset({BaselineKind.SAFETY}), "e").state
     >>> reconfirm(held, frozenset({BaselineKind.SEMANTIC}))[1]
@@ -98,4 +99,4 @@ def reconfirm(state: LadderState, kinds: frozenset[BaselineKind]) -> tuple[Ladde
     """
     if not state.hold or not state.hold_kinds <= kinds:
         return state, False
-    return LadderState(), True
+    return LadderState(prompted=state.prompted), True

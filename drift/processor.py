@@ -138,6 +138,7 @@ class UserState:
     low_streak: int = 0
     escalated: bool = False
     durable: bool = False
+    rebaseline_attunement: bool = False
 
     @property
     def persistable(self) -> bool:
@@ -250,13 +251,7 @@ def _publish_score(
     comp = composite(att.drift if att else None, sem, saf, config)
     if comp is None:
         return
-    kinds = frozenset(
-        kind for kind, value, limit in (
-            (BaselineKind.ATTUNEMENT, att.drift if att else None, config.threshold_medium),
-            (BaselineKind.SEMANTIC, sem, config.threshold_medium),
-            (BaselineKind.SAFETY, saf, 1e-12),
-        ) if value is not None and value >= limit
-    ) or frozenset({BaselineKind(comp.driver)})
+    kinds = _hold_kinds(att.drift if att else None, sem, saf, config)
     score_id = _score_id(state.user_id, session.session_id, tag, ctx.event.event_id)
     climbed = ladder.step(state.ladder, comp.tier, kinds, score_id)
     state.ladder = climbed.state
@@ -293,6 +288,27 @@ def _publish_score(
                   effective_tier=climbed.effective_tier.label,
                   hold_kinds=sorted(k.value for k in climbed.state.hold_kinds)
                   if climbed.state.hold else [])
+
+
+def _hold_kinds(att: float | None, sem: float | None, saf: float | None,
+                config: DriftConfig) -> frozenset[BaselineKind]:
+    """The kinds a HOLD raised by this score must be re-confirmed for.
+
+    Every component at medium or above (any safety mismatch); when the tier came
+    from components that each stayed below medium, every component that added to it.
+
+    >>> sorted(k.value for k in _hold_kinds(0.45, 0.4, 0.0, DriftConfig()))
+    ['attunement', 'semantic']
+    >>> sorted(k.value for k in _hold_kinds(0.9, 0.1, 0.0, DriftConfig()))
+    ['attunement']
+    """
+    values = {BaselineKind.ATTUNEMENT: att, BaselineKind.SEMANTIC: sem,
+              BaselineKind.SAFETY: saf}
+    strong = {k for k, v in values.items() if v is not None
+              and (v >= config.threshold_medium or (k is BaselineKind.SAFETY and v > 0))}
+    if strong:
+        return frozenset(strong)
+    return frozenset(k for k, v in values.items() if v)
 
 
 def _attribution(
@@ -504,10 +520,12 @@ def _fold_baselines(state: UserState, baselines: UserBaselines, ctx: StepContext
 
     windows = tuple(acc.stats(idx) for acc in session.windows)
     late = np.asarray(session.late_rows)[:, idx].mean(axis=0)
+    previous = baselines.attunement
     att = fold_attunement(
-        baselines.attunement, meta(baselines.attunement.meta if baselines.attunement else None,
-                                   BaselineKind.ATTUNEMENT),
+        None if state.rebaseline_attunement else previous,
+        meta(previous.meta if previous else None, BaselineKind.ATTUNEMENT),
         feats, windows, tuple(float(x) for x in late), config)
+    state.rebaseline_attunement = False
     items = dict(baselines.semantic.items) if baselines.semantic else {}
     items.update(session.affirmed)
     sem = SemanticBaseline(
@@ -794,6 +812,8 @@ def _on_reconfirmed(state: UserState, body: Any, baselines: UserBaselines, ctx: 
         return next_meta(prev, state.user_id, kind, ctx.ts_s, session.session_id,
                          baselines.model() or session.model, session.mode, config)
 
+    if BaselineKind.ATTUNEMENT in kinds:
+        state.rebaseline_attunement = True
     if BaselineKind.SAFETY in kinds:
         prev = baselines.safety.meta if baselines.safety else None
         safety = SafetyBaseline(meta(prev, BaselineKind.SAFETY), *session.safety)

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from drift.model import FEATURES, DriftConfig, Tier
 
@@ -139,7 +139,7 @@ def _continuous_test(
     df = pooled_df + k - 1
     var = max(m2 / df, _VAR_FLOOR)
     t = (cur_mean - mu_b) / math.sqrt(var * (1.0 / k + v_b))
-    return t, float(2.0 * stats.t.sf(abs(t), df))
+    return t, float(2.0 * special.stdtr(df, -abs(t)))
 
 
 def _binary_test(current: np.ndarray, baseline: list[tuple[WindowStats, float]], j: int
@@ -197,7 +197,7 @@ def score_attunement_drift(
         else:
             t, p = _continuous_test(current, baseline_windows, j, pooled_m2[j], pooled_df)
             delta = t
-        z = float(stats.norm.isf(max(p, _FLOOR_P) / 2.0))
+        z = float(-special.ndtri(max(p, _FLOOR_P) / 2.0))
         tests.append(FeatureTest(feature, z, p, delta))
     core = [t for t in tests if t.feature in CORE_FEATURES]
     rest = [t for t in tests if t.feature not in CORE_FEATURES]
@@ -208,7 +208,7 @@ def score_attunement_drift(
     p_value = 1.0
     for group, share in groups:
         chi = sum(t.z ** 2 for t in group)
-        p_group = float(stats.chi2.sf(chi, len(group)))
+        p_group = float(special.chdtrc(len(group), chi))
         p_value = min(p_value, p_group / share)
     p_value = min(1.0, p_value)
     p_adj = min(1.0, p_value / look_share(look, config))
