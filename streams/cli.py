@@ -205,6 +205,7 @@ def _run_worker(settings: Settings, bootstrap: str) -> int:
     runner = faust.Worker(worker.app, quiet=True, loglevel=settings.log_level.upper()
                           if settings.log_level != "warning" else "WARN",
                           redirect_stdouts=False)
+    runner.spinner = None
     code = 0
     try:
         runner.execute_from_commandline()
@@ -316,8 +317,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"sending {len(events)} events from {len(Scenario)} scenarios x {args.users} users "
               f"at {args.rate:.0f}/s; Ctrl-C stops")
         import threading
-        sender = threading.Thread(target=produce, args=(broker.bootstrap, iter(events),
-                                                        args.rate, False), daemon=True)
+        events.extend(_demo_erasures(events))
+        sender = threading.Thread(target=_demo_send, args=(broker.bootstrap, events, args.rate),
+                                  daemon=True)
         sender.start()
         tally: dict[str, Counter[str]] = {t: Counter() for t in (
             "scores", "tiers", "responses", "violations", "escalations", "receipts",
@@ -346,6 +348,39 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 worker.kill()
         print(_summary(tally, time.monotonic() - started))
     return 0
+
+
+def _demo_erasures(events: list[Any]) -> list[Any]:
+    """One relational erasure per governance user, after their traffic."""
+    from drift.model import FhrEvent, MemoryErase
+
+    last: dict[str, Any] = {}
+    for e in events:
+        if e.user_id.startswith(Scenario.GOVERNANCE.value):
+            last[e.user_id] = e
+    return [FhrEvent(f"{e.event_id}-erase", "memory_erase", e.ts_s + 60.0, e.user_id,
+                     e.session_id, False,
+                     MemoryErase("relational", "all", "user_request", f"demo-erase-{e.user_id}"))
+            for e in last.values()]
+
+
+def _demo_send(bootstrap: str, events: list[Any], rate: float) -> None:
+    """The simulated traffic, then records a producer gets wrong, to show dead letters."""
+    produce(bootstrap, iter(events), rate, False)
+    producer = _producer(bootstrap)
+    try:
+        producer.send(topics.INPUT, key=b"demo-user", value=b"{not json")
+        producer.send(topics.INPUT, key=b"demo-user", value=json.dumps(
+            {"schema": "fhr/1", "event_id": "demo-bad-1", "event_type": "turn",
+             "ts": "2026-11-30T10:00:00+00:00", "user_id": "demo-user",
+             "session_id": "demo-s", "turn": 0}).encode())
+        producer.send(topics.INPUT, key=b"someone-else", value=json.dumps(
+            {"schema": "fhr/1", "event_id": "demo-bad-2", "event_type": "session_end",
+             "ts": "2026-11-30T10:00:00+00:00", "user_id": "demo-user",
+             "session_id": "demo-s", "turns": 1, "reason": "closed"}).encode())
+        producer.flush()
+    finally:
+        producer.close()
 
 
 def _tally(tally: dict[str, Counter[str]], topic: str, p: dict[str, Any]) -> None:
