@@ -44,59 +44,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.rates import Rate  # noqa: E402
 from drift.model import DriftConfig, Mode, Turn
 from drift.replay import MemoryReplay
 from drift.simulation import Scenario, SimParams, TruthRow, simulate_user
 
 START_TS = 1.7e9
 TIER_RANK = {"low": 0, "medium": 1, "high": 2}
-Z95 = 1.959963984540054
 DEFAULT_SEED = 20261130
 DEFAULT_SESSIONS = 2000
 QUICK_SESSIONS = 200
 CHUNK = 50
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion ``k / n``.
-
-    >>> [round(x, 4) for x in wilson(0, 100)]
-    [0.0, 0.037]
-    >>> [round(x, 4) for x in wilson(92, 100)]
-    [0.85, 0.9589]
-    """
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    denom = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1.0 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-@dataclass(frozen=True)
-class Rate:
-    k: int
-    n: int
-
-    @property
-    def value(self) -> float:
-        return self.k / self.n if self.n else float("nan")
-
-    @property
-    def ci(self) -> tuple[float, float]:
-        return wilson(self.k, self.n)
-
-    def text(self) -> str:
-        lo, hi = self.ci
-        return f"{100 * self.value:5.1f}% [{100 * lo:4.1f}, {100 * hi:5.1f}]"
-
-    def as_dict(self) -> dict[str, Any]:
-        lo, hi = self.ci
-        return {"k": self.k, "n": self.n, "rate": self.value, "ci95": [lo, hi]}
 
 
 def mean_text(values: Sequence[float]) -> str:
