@@ -197,3 +197,32 @@ def test_expired_baselines_stop_being_used_and_are_purged_with_a_receipt(broker,
     assert len(receipts) == 1 and receipts[0]["reason"] == "ttl_expired"
     assert {t["kind"] for t in receipts[0]["targets"]} == {"attunement", "semantic", "safety"}
     assert receipts[0]["outcome"] == "verified"
+
+
+def _partition(user_id: str, partitions: int = 4) -> int:
+    from kafka.partitioner import murmur2
+
+    return (murmur2(user_id.encode()) & 0x7FFFFFFF) % partitions
+
+
+def test_the_sweep_purges_baselines_of_users_who_never_return(broker, start_worker):
+    worker = start_worker()
+    quiet = UserScript("quiet-user", seed=10)
+    for i in range(2):
+        quiet.session(f"q-{i}", mode=Mode.LIGHT)
+    broker.send_events(quiet.events)
+    wait_until(lambda: worker.get("/v1/users/quiet-user/baselines", TOKEN)[0] == 200, 90,
+               "baselines")
+    neighbour = next(f"clock-{i}" for i in range(100)
+                     if _partition(f"clock-{i}") == _partition("quiet-user"))
+    later = UserScript(neighbour, ts=quiet.ts + 31 * 86400, seed=11)
+    later.session("n-0", mode=Mode.LIGHT, turns=2)
+    broker.send_events(later.events)
+    receipts = wait_until(lambda: [m for m in broker.read(topics.RECEIPTS)
+                                   if m["user_id"] == "quiet-user"], 60, "the sweep's receipt")
+    assert receipts[0]["reason"] == "ttl_expired" and receipts[0]["outcome"] == "verified"
+    assert {t["kind"] for t in receipts[0]["targets"]} == {"attunement", "semantic", "safety"}
+    assert worker.get("/v1/users/quiet-user/baselines", TOKEN)[0] == 404
+    status, history = worker.get("/v1/users/quiet-user/baselines/history", TOKEN)
+    assert status == 200 and history["versions"] == []
+    assert {t["reason"] for t in history["tombstones"]} == {"ttl_expired"}
