@@ -282,6 +282,20 @@ class BaselineStore:
         keys = ("baseline_id", "kind", "version", "erased_at", "reason", "request_id")
         return [_from_row(r) for r in rows], [dict(zip(keys, t)) for t in tombs]
 
+    def list_users(self, limit: int) -> list[dict[str, Any]]:
+        """Users with baselines: latest version per kind and last creation time."""
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT user_id, kind, max(version), max(created_at) FROM baseline_versions "
+                "GROUP BY user_id, kind ORDER BY user_id, kind").fetchall()
+        users: dict[str, dict[str, Any]] = {}
+        for user_id, kind, version, created in rows:
+            entry = users.setdefault(user_id, {"user_id": user_id, "versions": {},
+                                               "last_created_at": 0.0})
+            entry["versions"][kind] = int(version)
+            entry["last_created_at"] = max(entry["last_created_at"], float(created))
+        return list(users.values())[:limit]
+
     def session(self, user_id: str, session_id: str) -> SessionSummary | None:
         with self._lock:
             row = self._con.execute(

@@ -126,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     base.add_argument("action", choices=["list", "show", "history"])
     base.add_argument("--user", help="user id (required for show and history)")
     base.add_argument("--data-dir", type=Path, default=Path("./data"))
+    base.add_argument("--limit", type=int, default=100, help="list at most this many users")
     base.add_argument("--api", help="review API base URL, e.g. http://127.0.0.1:6066")
     base.add_argument("--token", default=os.environ.get("CONTINUITY_REVIEW_TOKEN"),
                       help="review API bearer token (default: $CONTINUITY_REVIEW_TOKEN)")
@@ -452,7 +453,9 @@ def cmd_baselines(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.action == "list":
-            print(json.dumps(store.report()["baseline_versions_by_kind"], indent=2))
+            for entry in store.list_users(args.limit):
+                versions = " ".join(f"{k}=v{v}" for k, v in entry["versions"].items())
+                print(f"{entry['user_id']}\t{versions}")
         elif args.action == "show":
             from streams.app import _describe
             current = store.user_baselines(args.user)
@@ -542,6 +545,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -117,7 +117,7 @@ def test_outputs_match_a_pure_replay_and_duplicates_change_nothing(broker, start
     def caught_up():
         return all(output_ids(broker.read(topic_of[k])) >= want[k] for k in want)
 
-    wait_until(caught_up, 90, "all expected outputs")
+    wait_until(caught_up, 180, "all expected outputs")
     for kind, ids in want.items():
         got = broker.read(topic_of[kind])
         assert output_ids(got) == ids
