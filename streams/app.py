@@ -186,7 +186,7 @@ class Worker:
                 if not metas:
                     return self.json(NOT_FOUND, status=404)
                 return self.json({"user_id": user_id,
-                                  "baselines": [_describe(b) for b in
+                                  "baselines": [describe_baseline(b) for b in
                                                 (current.attunement, current.semantic,
                                                  current.safety) if b is not None]})
 
@@ -200,7 +200,7 @@ class Worker:
                 if not versions and not tombstones:
                     return self.json(NOT_FOUND, status=404)
                 return self.json({"user_id": user_id,
-                                  "versions": [_describe(b, values=False) for b in versions],
+                                  "versions": [describe_baseline(b, values=False) for b in versions],
                                   "tombstones": tombstones})
 
         @app.page("/v1/users/{user_id}/sessions/{session_id}")
@@ -253,7 +253,7 @@ class Worker:
         self.store.close()
 
 
-def _describe(b: Any, values: bool = True) -> dict[str, Any]:
+def describe_baseline(b: Any, values: bool = True) -> dict[str, Any]:
     meta = b.meta
     out: dict[str, Any] = {
         "kind": meta.kind.value, **(baseline_ref(meta) or {}),

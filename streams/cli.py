@@ -454,17 +454,17 @@ def cmd_baselines(args: argparse.Namespace) -> int:
     try:
         if args.action == "list":
             for entry in store.list_users(args.limit):
-                versions = " ".join(f"{k}=v{v}" for k, v in entry["versions"].items())
-                print(f"{entry['user_id']}\t{versions}")
+                kinds = " ".join(f"{k}=v{v}" for k, v in entry["versions"].items())
+                print(f"{entry['user_id']}\t{kinds}")
         elif args.action == "show":
-            from streams.app import _describe
+            from streams.app import describe_baseline
             current = store.user_baselines(args.user)
-            print(json.dumps([_describe(b) for b in (current.attunement, current.semantic,
+            print(json.dumps([describe_baseline(b) for b in (current.attunement, current.semantic,
                                                      current.safety) if b is not None], indent=2))
         else:
-            from streams.app import _describe
+            from streams.app import describe_baseline
             versions, tombstones = store.history(args.user)
-            print(json.dumps({"versions": [_describe(b, values=False) for b in versions],
+            print(json.dumps({"versions": [describe_baseline(b, values=False) for b in versions],
                               "tombstones": tombstones}, indent=2))
     finally:
         store.close()
