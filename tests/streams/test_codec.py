@@ -18,7 +18,9 @@ from drift.simulation import Scenario, simulate
 from streams.codec import Rejection, decode_event, encode_event
 from tests.builders import UserScript
 
-SCHEMA_PATH = Path(__file__).resolve().parents[3] / "shared" / "schemas" / "fhr-1.schema.json"
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = ROOT / "schemas" / "fhr-1.schema.json"
+CONTRACT_PATH = ROOT.parent / "shared" / "schemas" / "fhr-1.schema.json"
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker())
 
@@ -81,6 +83,12 @@ INVALID: list[tuple[str, list[str], Any, str]] = [
     ("session_end", ["reason"], "crashed", "invalid_value"),
     ("session_end", ["ephemeral"], "no", "wrong_type"),
 ]
+
+
+def test_the_vendored_schema_is_the_contract() -> None:
+    if not CONTRACT_PATH.exists():
+        pytest.skip(f"no contract checkout beside the repository at {CONTRACT_PATH}")
+    assert json.loads(CONTRACT_PATH.read_text()) == SCHEMA
 
 
 def test_every_event_type_has_a_valid_sample() -> None:
