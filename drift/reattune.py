@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -59,6 +60,7 @@ def turns_to_baseline(rows: np.ndarray, late: np.ndarray, turn_sd: np.ndarray,
     return None
 
 
+@functools.lru_cache(maxsize=64)
 def tolerance(features: int, level: float) -> float:
     """The ``level`` quantile of the mean squared standardized gap of a same-process session.
 

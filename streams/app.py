@@ -209,7 +209,8 @@ class Worker:
                 denied = worker.authorize(request)
                 if denied is not None:
                     return self.json(denied[0], status=denied[1])
-                summary = worker.store.session(user_id, session_id)
+                summary = (worker.engine.open_session(user_id, session_id)
+                           or worker.store.session(user_id, session_id))
                 if summary is None:
                     return self.json(NOT_FOUND, status=404)
                 return self.json({

@@ -98,7 +98,7 @@ class Engine:
         self.baselines: dict[str, UserBaselines] = {}
         self.user_partition: dict[str, int] = {}
         self.watermarks: dict[int, tuple[float, float]] = {}
-        self._sessions: dict[tuple[str, str], _SessionStat] = {}
+        self._sessions: dict[str, dict[str, _SessionStat]] = {}
 
     # ------------------------------------------------------------------ partitions
 
@@ -282,7 +282,8 @@ class Engine:
         session_id = p.get("session_id")
         stat = None
         if session_id is not None and state.persistable:
-            stat = self._sessions.setdefault((state.user_id, session_id), _SessionStat(partition))
+            stat = self._sessions.setdefault(state.user_id, {}).setdefault(
+                session_id, _SessionStat(partition))
         if out.kind is OutputKind.SCORE:
             if p.get("score_kind") == "continuity_drift":
                 m.scores.labels(tier=p["tier"]).inc()
@@ -328,26 +329,40 @@ class Engine:
                 batch.write.dropped_states.add(user_id)
             session = state.session
             self._track_session(state, session, partition)
-            for (u, sid), stat in list(self._sessions.items()):
-                if u != user_id:
+            mine = self._sessions.get(user_id, {})
+            for sid, stat in list(mine.items()):
+                if session is not None and session.session_id == sid:
                     continue
-                open_now = session is not None and session.session_id == sid
                 if state.persistable:
-                    batch.write.sessions.append(SessionSummary(
-                        user_id, sid, stat.partition, stat.mode, stat.started_s,
-                        None if open_now else state.clock_s, stat.turns, stat.max_tier,
-                        stat.scores, stat.model_change, stat.reattune_quality))
-                if not open_now:
-                    del self._sessions[(u, sid)]
+                    batch.write.sessions.append(self._summary(user_id, sid, stat,
+                                                              state.clock_s))
+                del mine[sid]
+            if not mine:
+                self._sessions.pop(user_id, None)
         self._refresh_gauges()
+
+    @staticmethod
+    def _summary(user_id: str, session_id: str, stat: _SessionStat, ended_s: float | None
+                 ) -> SessionSummary:
+        return SessionSummary(user_id, session_id, stat.partition, stat.mode, stat.started_s,
+                              ended_s, stat.turns, stat.max_tier, stat.scores,
+                              stat.model_change, stat.reattune_quality)
+
+    def open_session(self, user_id: str, session_id: str) -> SessionSummary | None:
+        """The review API's view of a session that is still open (it is stored when it ends)."""
+        state = self.states.get(user_id)
+        stat = self._sessions.get(user_id, {}).get(session_id)
+        if state is None or stat is None or not state.persistable:
+            return None
+        return self._summary(user_id, session_id, stat, None)
 
     def _track_session(self, state: UserState, session: SessionState | None, partition: int
                        ) -> None:
         """Keep what the review API shows of a session, while it is open and as it ends."""
         if session is None or session.ephemeral or not session.mode.keeps_baselines:
             return
-        stat = self._sessions.setdefault((state.user_id, session.session_id),
-                                         _SessionStat(partition))
+        stat = self._sessions.setdefault(state.user_id, {}).setdefault(
+            session.session_id, _SessionStat(partition))
         stat.mode, stat.started_s = session.mode.value, session.started_s
         stat.turns, stat.model_change = session.n_turns, session.model_change
 
