@@ -28,15 +28,19 @@ TOKEN = "test-review-token"
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
-               interval_s: float = 0.2) -> Any:
-    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout_s``."""
+               interval_s: float = 0.2, detail: Callable[[], str] | None = None) -> Any:
+    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout_s``.
+
+    ``detail`` adds context to the failure (a log, the last state seen).
+    """
     deadline = time.monotonic() + timeout_s
     while True:
         result = predicate()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+            extra = f"\n{detail()}" if detail is not None else ""
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}{extra}")
         time.sleep(interval_s)
 
 
@@ -63,6 +67,11 @@ class Broker:
         p = self.producer()
         p.send(topics.INPUT, key=key, value=value)
         p.flush()
+
+    def drift_scores(self, user_id: str) -> list[dict[str, Any]]:
+        """The continuity-drift scores of one user so far."""
+        return [m for m in self.read(topics.SCORES)
+                if m["user_id"] == user_id and m.get("score_kind") == "continuity_drift"]
 
     def read(self, topic: str) -> list[dict[str, Any]]:
         """Every message on ``topic`` so far, decoded, in partition order."""

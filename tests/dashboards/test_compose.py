@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+
 from tests.dashboards.promql import GRAFANA_DIR, PROMETHEUS_DIR, REPO, WORKER_JOB
 
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))

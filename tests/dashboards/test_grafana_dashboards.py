@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from tests.dashboards.promql import (
     DATASOURCE_UID,
     GRAFANA_DIR,

@@ -14,7 +14,6 @@ import json
 import shutil
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -24,6 +23,8 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
+
+from tests.conftest import wait_until
 from tests.dashboards.promql import (
     WORKER_JOB,
     all_panel_queries,
@@ -65,15 +66,9 @@ def query(prometheus: str, expr: str) -> dict[str, Any]:
 def poll(description: str, check: Callable[[], T | None], timeout_s: float,
          log: Path | None = None) -> T:
     """Call ``check`` until it returns something truthy, or fail at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            detail = log.read_text(errors="replace") if log is not None else ""
-            pytest.fail(f"timed out waiting for {description}\n{detail}")
-        time.sleep(0.2)
+    detail = (lambda: log.read_text(errors="replace")) if log is not None else None
+    result: T = wait_until(check, timeout_s, description, detail=detail)
+    return result
 
 
 @pytest.fixture

@@ -15,11 +15,6 @@ def _bytes_under(directory: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file())
 
 
-def _drift_scores(broker, user_id):
-    return [m for m in broker.read(topics.SCORES)
-            if m["user_id"] == user_id and m.get("score_kind") == "continuity_drift"]
-
-
 def test_stateless_and_ephemeral_users_leave_nothing_on_disk(broker, start_worker):
     worker = start_worker()
     stateless = UserScript("ghost-stateless-7781", seed=1)
@@ -74,7 +69,7 @@ def test_erasure_reaches_every_copy_and_the_next_session_has_no_baseline(broker,
     assert {t["kind"] for t in receipt["targets"]} == {"attunement", "semantic"}
     assert all(t["outcome"] == "verified" and t["versions"] >= 1 for t in receipt["targets"])
 
-    after = wait_until(lambda: [m for m in _drift_scores(broker, "erased-user")
+    after = wait_until(lambda: [m for m in broker.drift_scores("erased-user")
                                 if m["session_id"] == "er-4"], 60, "next session's score")
     assert after[0]["baselines"]["attunement"] is None
     assert after[0]["baselines"]["semantic"] is None
@@ -191,7 +186,7 @@ def test_expired_baselines_stop_being_used_and_are_purged_with_a_receipt(broker,
                                      for b in body["baselines"])
 
     wait_until(fresh_baseline, 90, "a fresh baseline from the late session")
-    late = [m for m in _drift_scores(broker, "returning-user") if m["session_id"] == "rt-late"]
+    late = [m for m in broker.drift_scores("returning-user") if m["session_id"] == "rt-late"]
     assert late == [], "with every baseline expired there is nothing to score against"
     receipts = [m for m in broker.read(topics.RECEIPTS) if m["user_id"] == "returning-user"]
     assert len(receipts) == 1 and receipts[0]["reason"] == "ttl_expired"

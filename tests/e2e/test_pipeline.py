@@ -12,11 +12,6 @@ from tests.builders import UserScript
 from tests.conftest import output_ids, wait_until
 
 
-def _scores(broker, user_id):
-    return [m for m in broker.read(topics.SCORES)
-            if m["user_id"] == user_id and m.get("score_kind") == "continuity_drift"]
-
-
 def test_stable_low_shifted_flagged_and_dead_letters_keep_the_worker_going(broker, start_worker):
     worker = start_worker()
     stable = UserScript("stable-user", seed=1)
@@ -36,11 +31,11 @@ def test_stable_low_shifted_flagged_and_dead_letters_keep_the_worker_going(broke
         "stance": "affirm"}).encode())
     broker.send_events(stable.events + shifted.events)
 
-    wait_until(lambda: any(m["session_id"] == "sh-test" for m in _scores(broker, "shifted-user"))
-               and any(m["session_id"] == "st-test" for m in _scores(broker, "stable-user")),
+    wait_until(lambda: any(m["session_id"] == "sh-test" for m in broker.drift_scores("shifted-user"))
+               and any(m["session_id"] == "st-test" for m in broker.drift_scores("stable-user")),
                90, "test-session scores")
-    stable_test = [m for m in _scores(broker, "stable-user") if m["session_id"] == "st-test"]
-    shifted_test = [m for m in _scores(broker, "shifted-user") if m["session_id"] == "sh-test"]
+    stable_test = [m for m in broker.drift_scores("stable-user") if m["session_id"] == "st-test"]
+    shifted_test = [m for m in broker.drift_scores("shifted-user") if m["session_id"] == "sh-test"]
     assert {m["tier"] for m in stable_test} == {"low"}
     assert shifted_test[0]["checkpoint"] == "turn_5"
     assert shifted_test[0]["tier"] in ("medium", "high")
@@ -81,9 +76,9 @@ def test_safety_mismatch_holds_across_sessions_until_reconfirmed(broker, start_w
     def responses():
         return [m for m in broker.read(topics.RESPONSES) if m["user_id"] == "held-user"]
 
-    wait_until(lambda: any(m["session_id"] == "h-after" for m in _scores(broker, "held-user")),
+    wait_until(lambda: any(m["session_id"] == "h-after" for m in broker.drift_scores("held-user")),
                90, "scores of the session after the release")
-    scores = _scores(broker, "held-user")
+    scores = broker.drift_scores("held-user")
     start = next(m for m in scores if m["session_id"] == "h-mismatch")
     assert start["checkpoint"] == "session_start"
     assert start["tier"] == "high" and start["components"]["safety_drift"] > 0
