@@ -1,0 +1,1300 @@
+"""Throughput, latency, memory and DuckDB batching of one worker (SPEC section 11).
+
+Everything runs on one embedded broker (Tansu, memory storage, loopback only) in one
+invocation, on the same pre-produced simulated events:
+
+1. baselines: a plain aiokafka consumer that decodes every record with
+   ``streams.codec.decode_event``, and a bare faust agent (decode only) that reads with
+   ``stream.take_events`` exactly as the worker does. Each runs in its own subprocess,
+   with its own consumer group, from the beginning of ``fhr.events``; records/s are
+   measured inside the subprocess from the first batch to the last record.
+2. the real worker (``continuity-drift run``, fresh data dir and group) on the same
+   events: records/s from polling its ``/metrics`` (events + rejections) until it has
+   seen them all; its ratio to (1b) is the SPEC figure (goal >= 80%).
+3. latency: a second worker, whose group starts at the end of the backlog, gets events
+   offered at a paced rate; p50/p95/p99 from its end-to-end histogram (interpolated from
+   buckets) and, exactly, from the broker timestamps of its outputs on ``drift.scores`` /
+   ``drift.responses`` / ``governance.violations`` against the timestamp of the source
+   record they name (``source_event_id`` / ``cause_event_id`` / ``event_id``).
+4. memory: a third worker reads the whole topic (``--memory-events``, 1M by default) while
+   its VmRSS is sampled; reports the samples and the slope; plus the encoded size of one
+   user's state after few and after many sessions.
+5. DuckDB batches: the ``continuity_batch_size`` histogram of the throughput and memory
+   workers (one ``commit_batch`` transaction per processed batch).
+
+Run ``python bench/throughput.py`` (about 15 minutes on two cores), ``--quick`` for a
+smoke run (under 3 minutes), ``--json PATH`` to keep the figures, ``--profile DIR`` to
+record py-spy stacks of the throughput worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import itertools
+
+import msgspec
+from kafka.partitioner.default import murmur2
+
+from streams import topics
+from streams.broker import EmbeddedBroker, free_loopback_port
+
+DEFAULTS = {"events": 200_000, "users": 1200, "rate": 5000.0, "duration": 60.0,
+            "memory_events": 1_000_000}
+QUICK = {"events": 30_000, "users": 240, "rate": 5000.0, "duration": 15.0,
+         "memory_events": 100_000}
+DEFAULT_SEED = 20261201
+PARTITIONS = 4
+POLL_S = 0.5
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- events
+
+
+@dataclass
+class Stream:
+    """Pre-encoded records in event-time order: (key, value, event_id)."""
+
+    records: list[tuple[bytes, bytes, str]]
+    users: int
+    sessions_per_user: int
+    build_s: float
+
+
+def build_stream(total: int, users: int, seed: int, start: float | None = None) -> Stream:
+    """``total`` simulated events of every scenario, merged by event time.
+
+    The simulator starts every user at the same instant; each user is shifted by a
+    random offset up to one session length, so that at any point the stream holds
+    many users at different turns of their sessions (as live traffic does), and the
+    stream is cut by event time so that every user has had the same number of days.
+    """
+    from drift.simulation import Scenario, SimParams, simulate
+    from streams.codec import encode_event
+
+    started = time.monotonic()
+    per_scenario = max(1, round(users / len(Scenario)))
+    n_users = per_scenario * len(Scenario)
+    params = SimParams()
+    session_span = (params.turns + 2) * params.turn_gap_s
+    # about 15 events per session; generate with a margin and cut by event time
+    test_sessions = max(1, math.ceil(1.25 * total / (n_users * 15)) - params.baseline_sessions)
+    while True:
+        params = SimParams(test_sessions=test_sessions)
+        days = params.baseline_sessions + test_sessions * params.low_sessions + 2
+        begin = time.time() - days * 86400.0 if start is None else start
+        rng = np.random.default_rng(seed ^ 0x5EED)
+        rows: list[tuple[float, bytes, bytes, str]] = []
+        for events, _ in simulate(seed, list(Scenario), per_scenario, begin, params):
+            shift = float(rng.uniform(0.0, session_span))
+            key = events[0].user_id.encode()
+            for e in events:
+                e2 = replace(e, ts_s=e.ts_s + shift)
+                rows.append((e2.ts_s, key, encode_event(e2), e2.event_id))
+        if len(rows) >= total:
+            break
+        test_sessions = math.ceil(test_sessions * 1.5 * total / max(len(rows), 1))
+    rows.sort(key=lambda r: r[0])
+    del rows[total:]
+    sessions = round(len(rows) / n_users / 15)
+    return Stream([(k, v, i) for _, k, v, i in rows], n_users, sessions,
+                  time.monotonic() - started)
+
+
+def partition_of(key: bytes, partitions: int) -> int:
+    """The partition kafka-python's and the Java client's default partitioner pick."""
+    return int((murmur2(key) & 0x7FFFFFFF) % partitions)
+
+
+async def _produce(bootstrap: str, records: Sequence[tuple[bytes, bytes, str]],
+                   partitions: int, rate: float = 0.0,
+                   acks: list[float] | None = None) -> tuple[int, float]:
+    """Send records in per-partition batches; paced at ``rate``/s when ``rate`` > 0.
+
+    Paced records carry the wall-clock time at which they are offered as their Kafka
+    timestamp. ``acks`` collects, per batch, seconds from offer to broker acknowledgement.
+    """
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0,
+                                max_batch_size=1 << 20, max_request_size=8 << 20,
+                                client_id="bench-throughput")
+    await producer.start()
+    futures: list[asyncio.Future[Any]] = []
+    started = time.monotonic()
+    sent = 0
+    try:
+        total = len(records)
+        while sent < total:
+            if rate > 0:
+                due = min(total, int((time.monotonic() - started) * rate))
+                if due <= sent:
+                    await asyncio.sleep(0.004)
+                    continue
+            else:
+                due = min(total, sent + 5000)
+            offered = time.time()
+            ts_ms = int(offered * 1000) if rate > 0 else None
+            batches: dict[int, Any] = {}
+            for key, value, _ in records[sent:due]:
+                part = partition_of(key, partitions)
+                batch = batches.get(part)
+                if batch is None:
+                    batch = batches[part] = producer.create_batch()
+                if batch.append(key=key, value=value, timestamp=ts_ms) is None:
+                    futures.append(await producer.send_batch(batch, topics.INPUT, partition=part))
+                    batch = batches[part] = producer.create_batch()
+                    batch.append(key=key, value=value, timestamp=ts_ms)
+            for part, batch in batches.items():
+                fut = await producer.send_batch(batch, topics.INPUT, partition=part)
+                if acks is not None:
+                    fut.add_done_callback(lambda _f, t=offered: acks.append(time.time() - t))
+                futures.append(fut)
+            sent = due
+            if rate <= 0 and len(futures) > 200:
+                await asyncio.gather(*futures)
+                futures.clear()
+        await asyncio.wait_for(asyncio.gather(*futures), timeout=120)
+    finally:
+        await producer.stop()
+    return sent, time.monotonic() - started
+
+
+def produce(bootstrap: str, records: Sequence[tuple[bytes, bytes, str]],
+            partitions: int) -> float:
+    sent, elapsed = asyncio.run(_produce(bootstrap, records, partitions))
+    return float(sent / max(elapsed, 1e-9))
+
+
+def offsets_after(records: Sequence[tuple[bytes, bytes, str]], partitions: int
+                  ) -> dict[int, int]:
+    """Next offset of each partition of a fresh topic after ``records``.
+
+    Counted here rather than asked of the broker: the embedded broker (Tansu 0.6)
+    answers ListOffsets(latest) with the base offset of the last batch plus one,
+    not the end of the log (fetch responses carry the right high watermark).
+    """
+    counts = Counter(partition_of(key, partitions) for key, _, _ in records)
+    return {p: counts.get(p, 0) for p in range(partitions)}
+
+
+async def _read_all(bootstrap: str, topic: str, idle_s: float,
+                    timeout_s: float) -> list[tuple[int, bytes]]:
+    """(timestamp ms, value) of every record of ``topic``, until nothing new for ``idle_s``."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest", fetch_max_wait_ms=100)
+    await consumer.start()
+    out: list[tuple[int, bytes]] = []
+    try:
+        parts = sorted(consumer.partitions_for_topic(topic) or [])
+        consumer.assign([TopicPartition(topic, p) for p in parts])
+        await consumer.seek_to_beginning()
+        deadline = time.monotonic() + timeout_s
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - quiet_since < idle_s:
+            batches = await consumer.getmany(timeout_ms=200)
+            for msgs in batches.values():
+                if msgs:
+                    quiet_since = time.monotonic()
+                out.extend((msg.timestamp, msg.value) for msg in msgs)
+    finally:
+        await consumer.stop()
+    return out
+
+
+def read_all(bootstrap: str, topic: str, idle_s: float = 3.0,
+             timeout_s: float = 300.0) -> list[tuple[int, bytes]]:
+    return asyncio.run(_read_all(bootstrap, topic, idle_s, timeout_s))
+
+
+def commit_group_offsets(bootstrap: str, group: str, offsets: dict[int, int]) -> None:
+    """Give a fresh consumer group committed offsets, so that it starts there."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                             enable_auto_commit=False)
+    try:
+        consumer.commit({TopicPartition(topics.INPUT, p): OffsetAndMetadata(o, "", -1)
+                         for p, o in offsets.items()})
+    finally:
+        consumer.close()
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def proc_rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM,
+                 timeout_s: float = 20.0) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(sig)
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
+    env["PYTHONWARNINGS"] = "ignore"
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"]
+                                     if env.get("PYTHONPATH") else "")
+    return env
+
+
+# --------------------------------------------------------------------------- baselines
+
+AIOKAFKA_SCRIPT = """
+import asyncio, json, sys, time
+from aiokafka import AIOKafkaConsumer
+from streams.codec import decode_event
+
+bootstrap, group, n, out, timeout_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+
+async def main():
+    consumer = AIOKafkaConsumer("fhr.events", bootstrap_servers=bootstrap, group_id=group,
+                                auto_offset_reset="earliest", enable_auto_commit=True,
+                                session_timeout_ms=6000, heartbeat_interval_ms=1000)
+    began = time.perf_counter()
+    await consumer.start()
+    seen = 0
+    first = None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while seen < n and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=500)
+            for tp, msgs in batches.items():
+                for msg in msgs:
+                    decode_event(msg.key, msg.value)
+                seen += len(msgs)
+            if seen and first is None:
+                first = (time.perf_counter(), seen, time.process_time())
+        done, cpu_done = time.perf_counter(), time.process_time()
+    finally:
+        await consumer.stop()
+    t0, c0, cpu0 = first or (done, 0, cpu_done)
+    json.dump({"records": seen, "first_batch": c0, "seconds": done - t0,
+               "cpu_s": cpu_done - cpu0,
+               "startup_s": t0 - began, "complete": seen >= n,
+               "rate": (seen - c0) / max(done - t0, 1e-9)}, open(out, "w"))
+
+asyncio.run(main())
+"""
+
+FAUST_SCRIPT = """
+import json, os, sys, time
+import faust
+from streams.codec import decode_event
+
+bootstrap, app_id, n, out, datadir, batch_max, within = (
+    sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], int(sys.argv[6]),
+    float(sys.argv[7]))
+began = time.perf_counter()
+app = faust.App(app_id, broker=f"kafka://{bootstrap}", store="memory://", datadir=datadir,
+                web_enabled=False, topic_allow_declare=False, topic_disable_leader=True,
+                consumer_auto_offset_reset="earliest", broker_session_timeout=6.0,
+                broker_heartbeat_interval=1.0, broker_rebalance_timeout=10.0,
+                broker_commit_every=batch_max, broker_commit_interval=1.0,
+                stream_wait_empty=False, producer_acks=-1)
+source = app.topic("fhr.events", key_serializer="raw", value_serializer="raw")
+state = {"seen": 0, "first": None}
+
+@app.agent(source, name="bare-decode")
+async def bare(stream):
+    async for events in stream.take_events(batch_max, within=within):
+        for e in events:
+            decode_event(e.message.key, e.message.value)
+        state["seen"] += len(events)
+        if state["first"] is None:
+            state["first"] = (time.perf_counter(), state["seen"], time.process_time())
+        if state["seen"] >= n:
+            done, cpu_done = time.perf_counter(), time.process_time()
+            t0, c0, cpu0 = state["first"]
+            with open(out, "w") as fh:
+                json.dump({"records": state["seen"], "first_batch": c0, "seconds": done - t0,
+                           "cpu_s": cpu_done - cpu0,
+                           "startup_s": t0 - began, "complete": True,
+                           "rate": (state["seen"] - c0) / max(done - t0, 1e-9)}, fh)
+            os._exit(0)
+
+faust.Worker(app, quiet=True, loglevel="WARN", redirect_stdouts=False).execute_from_commandline()
+"""
+
+
+def baseline_aiokafka(bootstrap: str, n: int, tmp: Path, timeout_s: float) -> dict[str, Any]:
+    out = tmp / "aiokafka.json"
+    group = f"bench-aiokafka-{os.getpid()}-{int(time.time())}"
+    argv = [bootstrap, group, str(n)]
+    path = tmp / "aiokafka_consumer.py"
+    path.write_text(textwrap.dedent(AIOKAFKA_SCRIPT))
+    logf = open(tmp / "aiokafka_consumer.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, str(path), *argv, str(out), str(timeout_s)],
+                            cwd=ROOT, env=clean_env(), stdout=logf, stderr=logf)
+    try:
+        proc.wait(timeout=timeout_s + 30)
+        if not out.exists():
+            raise RuntimeError(f"aiokafka baseline exited with {proc.returncode}; "
+                               f"see {tmp / 'aiokafka_consumer.log'}")
+        result = dict(json.loads(out.read_text()))
+    finally:
+        stop_process(proc, timeout_s=10)
+        logf.close()
+    result["script"] = str(path)
+    return result
+
+
+def baseline_faust(bootstrap: str, n: int, tmp: Path, timeout_s: float, batch_max: int,
+                   within_s: float) -> dict[str, Any]:
+    out = tmp / "faust.json"
+    app_id = f"bench-faust-{os.getpid()}-{int(time.time())}"
+    datadir = tmp / "faust-bare"
+    path = tmp / "faust_bare.py"
+    path.write_text(textwrap.dedent(FAUST_SCRIPT))
+    logf = open(tmp / "faust_bare.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, str(path), bootstrap, app_id, str(n), str(out),
+                             str(datadir), str(batch_max), str(within_s)],
+                            cwd=ROOT, env=clean_env(), stdout=logf, stderr=logf)
+    try:
+        deadline = time.monotonic() + timeout_s
+        result: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            if out.exists():
+                try:
+                    result = dict(json.loads(out.read_text()))
+                    break
+                except json.JSONDecodeError:
+                    pass
+            if proc.poll() is not None and not out.exists():
+                raise RuntimeError(f"bare faust agent exited with {proc.returncode}; "
+                                   f"see {tmp / 'faust_bare.log'}")
+            time.sleep(0.1)
+        if result is None:
+            raise TimeoutError(f"bare faust agent did not read {n} records in {timeout_s:.0f}s")
+    finally:
+        stop_process(proc, timeout_s=10)
+        logf.close()
+    result["script"] = str(path)
+    return result
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+    return out
+
+
+def metric_sum(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+               name: str) -> float:
+    return sum(v for (n, _), v in samples.items() if n == name)
+
+
+@dataclass
+class Histogram:
+    buckets: list[tuple[float, float]]  # (upper bound, cumulative count), +Inf last
+    count: float
+    total: float
+
+    @staticmethod
+    def of(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+           name: str) -> Histogram:
+        buckets = []
+        for (n, labels), v in samples.items():
+            if n == f"{name}_bucket":
+                le = dict(labels)["le"]
+                buckets.append((math.inf if le == "+Inf" else float(le), v))
+        buckets.sort()
+        return Histogram(buckets, samples.get((f"{name}_count", ()), 0.0),
+                         samples.get((f"{name}_sum", ()), 0.0))
+
+    def minus(self, other: Histogram) -> Histogram:
+        before = dict(other.buckets)
+        return Histogram([(le, c - before.get(le, 0.0)) for le, c in self.buckets],
+                         self.count - other.count, self.total - other.total)
+
+    def quantile(self, q: float) -> float:
+        """Linear interpolation inside the bucket, as Prometheus' histogram_quantile.
+
+        ``inf`` when the rank falls beyond the last finite bucket bound.
+        """
+        if self.count <= 0 or not self.buckets:
+            return math.nan
+        rank = q * self.count
+        prev_le, prev_c = 0.0, 0.0
+        for le, c in self.buckets:
+            if c >= rank:
+                if math.isinf(le):
+                    return math.inf
+                if c == prev_c:
+                    return le
+                return prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c)
+            prev_le, prev_c = le, c
+        return self.buckets[-1][0]
+
+    def share_le(self, bound: float) -> float:
+        for le, c in self.buckets:
+            if le >= bound - 1e-12:
+                return c / self.count if self.count else math.nan
+        return 1.0
+
+    def summary(self) -> dict[str, Any]:
+        return {"count": self.count, "sum": self.total,
+                "mean": self.total / self.count if self.count else math.nan,
+                "p50": self.quantile(0.5), "p95": self.quantile(0.95),
+                "p99": self.quantile(0.99),
+                "buckets": [[("+Inf" if math.isinf(le) else le), c] for le, c in self.buckets]}
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How workers are started: the command and extra config lines (``--worker-*`` flags)."""
+
+    cmd: tuple[str, ...] = ()
+    worker: tuple[tuple[str, str], ...] = ()
+    drift: tuple[tuple[str, str], ...] = ()
+
+    def toml(self, app_id: str) -> str:
+        lines = ["[worker]", f'app_id = "{app_id}"']
+        lines += [f"{k} = {v}" for k, v in self.worker]
+        if self.drift:
+            lines += ["[drift]"] + [f"{k} = {v}" for k, v in self.drift]
+        return "\n".join(lines) + "\n"
+
+    def command(self) -> list[str]:
+        if self.cmd:
+            return list(self.cmd)
+        exe = shutil.which("continuity-drift")
+        return [exe] if exe else [sys.executable, "-m", "streams.cli"]
+
+
+@dataclass
+class WorkerRun:
+    """A ``continuity-drift run`` subprocess on the benchmark broker."""
+
+    bootstrap: str
+    base: Path
+    name: str
+    app_id: str
+    spec: WorkerSpec = WorkerSpec()
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    argv: list[str] = field(default_factory=list)
+    _log: Any = None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.base / self.name
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/metrics"
+
+    def start(self) -> WorkerRun:
+        self.port = free_loopback_port()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.base / f"{self.name}.toml"
+        config.write_text(self.spec.toml(self.app_id))
+        cmd = self.spec.command()
+        self.argv = ["run", "--broker", self.bootstrap, "--data-dir", str(self.data_dir),
+                     "--web-port", str(self.port), "--config", str(config)]
+        self._log = open(self.base / f"{self.name}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd + self.argv, cwd=ROOT, env=clean_env(),
+                                     stdout=self._log, stderr=self._log)
+        return self
+
+    @property
+    def command(self) -> str:
+        exe = " ".join(self.spec.cmd) if self.spec.cmd else "continuity-drift"
+        return f"{exe} " + " ".join(self.argv)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def check(self) -> None:
+        if not self.alive():
+            code = self.proc.returncode if self.proc else None
+            raise RuntimeError(f"worker {self.name} exited ({code}); see "
+                               f"{self.base / (self.name + '.log')}")
+
+    def samples(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return scrape(self.metrics_url)
+
+    def processed(self) -> float:
+        s = self.samples()
+        return metric_sum(s, "continuity_events_total") + metric_sum(
+            s, "continuity_rejections_total")
+
+    def wait_ready(self, timeout_s: float) -> float:
+        started = time.monotonic()
+        deadline = started + timeout_s
+        while time.monotonic() < deadline:
+            self.check()
+            try:
+                with urllib.request.urlopen(
+                        f"http://127.0.0.1:{self.port}/readyz", timeout=2) as resp:
+                    if resp.status == 200:
+                        return time.monotonic() - started
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"worker {self.name} not ready within {timeout_s:.0f}s")
+
+    def wait_processed(self, target: float, timeout_s: float,
+                       on_sample: Callable[[float, float], None] | None = None,
+                       interval_s: float = POLL_S) -> list[tuple[float, float]]:
+        """Poll /metrics until ``target`` records are counted; returns (time, count)."""
+        seen: list[tuple[float, float]] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.check()
+            try:
+                count = self.processed()
+            except OSError:
+                time.sleep(interval_s)
+                continue
+            now = time.monotonic()
+            seen.append((now, count))
+            if on_sample is not None:
+                on_sample(now, count)
+            if count >= target:
+                return seen
+            time.sleep(interval_s)
+        raise TimeoutError(f"worker {self.name} counted {seen[-1][1] if seen else 0:.0f} "
+                           f"of {target:.0f} records within {timeout_s:.0f}s")
+
+    def stop(self) -> None:
+        stop_process(self.proc, timeout_s=30)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def rate_from_samples(samples: list[tuple[float, float]], target: float) -> dict[str, float]:
+    """Records/s from the first non-zero count to ``target`` (the crossing interpolated)."""
+    first = next(((t, c) for t, c in samples if c > 0), None)
+    if first is None:
+        return {"rate": math.nan, "seconds": math.nan, "from_count": 0.0}
+    t0, c0 = first
+    t1 = samples[-1][0]
+    for (ta, ca), (tb, cb) in itertools.pairwise(samples):
+        if cb >= target > ca:
+            t1 = ta + (tb - ta) * (target - ca) / max(cb - ca, 1e-9)
+            break
+    seconds = max(t1 - t0, 1e-9)
+    return {"rate": (target - c0) / seconds, "seconds": seconds, "from_count": c0}
+
+
+# --------------------------------------------------------------------------- phases
+
+
+def phase_worker_throughput(bootstrap: str, base: Path, n: int, broker_pid: int,
+                            timeout_s: float, profile_dir: Path | None,
+                            spec: WorkerSpec) -> dict[str, Any]:
+    worker = WorkerRun(bootstrap, base, "worker-throughput",
+                       f"bench-worker-{os.getpid()}-{int(time.time())}", spec).start()
+    spy: subprocess.Popen[bytes] | None = None
+    try:
+        ready_s = worker.wait_ready(120)
+        if profile_dir is not None and shutil.which("py-spy"):
+            profile_dir.mkdir(parents=True, exist_ok=True)
+            spy = subprocess.Popen(
+                ["py-spy", "record", "--pid", str(worker.pid), "--rate", "200", "--format",
+                 "raw", "--nonblocking", "--output", str(profile_dir / "worker-throughput.txt"),
+                 "--duration", str(int(timeout_s))],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cpu: list[tuple[float, float, float]] = []  # (count, worker CPU s, broker CPU s)
+
+        def sample(now: float, count: float) -> None:
+            cpu.append((count, proc_cpu_s(worker.pid), proc_cpu_s(broker_pid)))
+
+        t0 = time.monotonic()
+        samples = worker.wait_processed(n, timeout_s, on_sample=sample)
+        t1 = time.monotonic()
+        measured = rate_from_samples(samples, n)
+        # CPU over the same window as the rate: first non-zero count to the end
+        c0, cpu0, bcpu0 = next((c for c in cpu if c[0] > 0), cpu[0])
+        c1, cpu1, bcpu1 = cpu[-1]
+        final = worker.samples()
+        batch = Histogram.of(final, "continuity_batch_size")
+        outputs = metric_sum(final, "continuity_outputs_total")
+        return {"records": n, **measured, "ready_s": ready_s, "command": worker.command,
+                "worker_cpu_s": cpu1 - cpu0, "broker_cpu_s": bcpu1 - bcpu0,
+                "cpu_records": c1 - c0, "wall_s": t1 - t0, "outputs": outputs, "batch_size": batch.summary(),
+                "rss_mb": proc_rss_mb(worker.pid)}
+    finally:
+        if spy is not None:
+            stop_process(spy, signal.SIGINT, timeout_s=30)
+        worker.stop()
+
+
+async def _paced_offer(bootstrap: str, records: Sequence[tuple[bytes, bytes, str]],
+                       partitions: int, rate: float, acks: list[float]) -> tuple[int, float]:
+    return await _produce(bootstrap, records, partitions, rate, acks)
+
+
+class _Ids(msgspec.Struct):
+    event_id: str = ""
+
+
+class _Out(msgspec.Struct):
+    source_event_id: str | None = None
+    cause_event_id: str | None = None
+    event_id: str | None = None
+
+
+def percentiles(values: Sequence[float], qs: Iterable[float] = (50, 95, 99, 99.9)
+                ) -> dict[str, float]:
+    if not values:
+        return {f"p{q:g}": math.nan for q in qs}
+    arr = np.asarray(values, dtype=float)
+    return {f"p{q:g}": float(np.percentile(arr, q)) for q in qs}
+
+
+def phase_latency(bootstrap: str, base: Path, records: Sequence[tuple[bytes, bytes, str]],
+                  input_start: dict[int, int], rate: float, partitions: int,
+                  broker_pid: int, spec: WorkerSpec) -> dict[str, Any]:
+    """A fresh worker whose group starts at ``input_start`` gets ``records`` at ``rate``/s."""
+    app_id = f"bench-latency-{os.getpid()}-{int(time.time())}"
+    commit_group_offsets(bootstrap, app_id, input_start)
+    out_topics = (topics.SCORES, topics.RESPONSES, topics.VIOLATIONS)
+    worker = WorkerRun(bootstrap, base, "worker-latency", app_id, spec).start()
+    acks: list[float] = []
+    try:
+        ready_s = worker.wait_ready(120)
+        time.sleep(2.0)
+        backlog = worker.processed()
+        if backlog > 0:  # the committed offsets were not used: let it catch up first
+            log(f"latency worker is reading a backlog ({backlog:.0f} so far); waiting")
+            worker.wait_processed(sum(input_start.values()), 120 + backlog / 200)
+            time.sleep(2.0)
+            backlog = worker.processed()
+        first = worker.samples()
+        before = Histogram.of(first, "continuity_end_to_end_latency_seconds")
+        batches_before = Histogram.of(first, "continuity_batch_size")
+        result: dict[str, Any] = {}
+
+        def offer() -> None:
+            try:
+                sent, secs = asyncio.run(_paced_offer(bootstrap, records, partitions, rate,
+                                                      acks))
+                result.update(sent=sent, seconds=secs)
+            except Exception as exc:  # noqa: BLE001 (reported below)
+                result["error"] = repr(exc)
+
+        cpu0, bcpu0 = proc_cpu_s(worker.pid), proc_cpu_s(broker_pid)
+        thread = threading.Thread(target=offer, name="paced-producer", daemon=True)
+        started = time.monotonic()
+        thread.start()
+        duration = len(records) / rate
+        lag: list[tuple[float, float]] = []
+        rss: list[float] = []
+
+        def sample(now: float, count: float) -> None:
+            lag.append((now - started, count - backlog))
+            rss.append(proc_rss_mb(worker.pid))
+
+        worker.wait_processed(backlog + len(records), duration + 120, on_sample=sample,
+                              interval_s=1.0)
+        thread.join(timeout=60)
+        cpu1, bcpu1 = proc_cpu_s(worker.pid), proc_cpu_s(broker_pid)
+        if "error" in result:
+            raise RuntimeError(f"paced producer failed: {result['error']}")
+        elapsed = time.monotonic() - started
+        last = worker.samples()
+        hist = Histogram.of(last, "continuity_end_to_end_latency_seconds").minus(before)
+        batches = Histogram.of(last, "continuity_batch_size").minus(batches_before)
+        time.sleep(1.0)
+    finally:
+        worker.stop()
+    # exact: output record timestamp minus source record timestamp, by source event id
+    # (earlier runs' outputs name source records outside this set and are left out)
+    paced_ids = {event_id for _, _, event_id in records}
+    sources: dict[str, int] = {}
+    decode_ids = msgspec.json.Decoder(_Ids)
+    for ts, value in read_all(bootstrap, topics.INPUT):
+        event_id = decode_ids.decode(value).event_id
+        if event_id in paced_ids:
+            sources[event_id] = ts
+    decode_out = msgspec.json.Decoder(_Out)
+    first_out: dict[str, int] = {}
+    per_topic: dict[str, list[float]] = defaultdict(list)
+    for topic in out_topics:
+        for ts, value in read_all(bootstrap, topic):
+            o = decode_out.decode(value)
+            src = o.source_event_id or o.cause_event_id or o.event_id
+            if src is None or src not in sources:
+                continue
+            per_topic[topic].append((ts - sources[src]) / 1000.0)
+            if src not in first_out or ts < first_out[src]:
+                first_out[src] = ts
+    per_record = [(ts - sources[s]) / 1000.0 for s, ts in first_out.items()]
+    per_output = [x for xs in per_topic.values() for x in xs]
+    return {
+        "rate": rate, "offered": result.get("sent", 0), "offer_seconds": result.get("seconds"),
+        "achieved_offer_rate": result.get("sent", 0) / max(result.get("seconds") or 1e-9, 1e-9),
+        "drain_seconds": elapsed, "ready_s": ready_s, "backlog_skipped": backlog == 0,
+        "command": worker.command,
+        "histogram": {**hist.summary(), "share_le_250ms": hist.share_le(0.25)},
+        "exact_per_record": {"n": len(per_record), **percentiles(per_record),
+                             "max": max(per_record, default=math.nan),
+                             "share_le_250ms": (sum(1 for x in per_record if x <= 0.25)
+                                                / len(per_record)) if per_record else math.nan},
+        "exact_per_output": {"n": len(per_output), **percentiles(per_output),
+                             "by_topic": {t: {"n": len(v), **percentiles(v)}
+                                          for t, v in per_topic.items()}},
+        "sources_found": len(sources),
+        "batch_size": batches.summary(),
+        "producer_ack": {"n": len(acks), **percentiles(acks)},
+        "worker_cpu_share": (cpu1 - cpu0) / max(elapsed, 1e-9),
+        "broker_cpu_share": (bcpu1 - bcpu0) / max(elapsed, 1e-9),
+        "max_behind": max((rate * min(t, duration) - c for t, c in lag), default=0.0),
+        "rss_mb": max(rss, default=math.nan),
+    }
+
+
+def phase_memory(bootstrap: str, base: Path, total: int, broker_pid: int,
+                 interval_s: float, spec: WorkerSpec) -> dict[str, Any]:
+    worker = WorkerRun(bootstrap, base, "worker-memory",
+                       f"bench-memory-{os.getpid()}-{int(time.time())}", spec).start()
+    points: list[dict[str, float]] = []
+    try:
+        worker.wait_ready(120)
+        started = time.monotonic()
+        last = {"t": -1e9}
+
+        def sample(now: float, count: float) -> None:
+            if now - last["t"] >= interval_s or count >= total:
+                last["t"] = now
+                db = worker.data_dir / "continuity.duckdb"
+                points.append({"t": now - started, "events": count,
+                               "rss_mb": proc_rss_mb(worker.pid),
+                               "cpu_s": proc_cpu_s(worker.pid),
+                               "db_mb": db.stat().st_size / 2**20 if db.exists() else 0.0})
+                log(f"  memory run: {count:9.0f} / {total} events, "
+                    f"RSS {points[-1]['rss_mb']:.1f} MB")
+
+        samples = worker.wait_processed(total, 120 + total / 400.0, on_sample=sample,
+                                        interval_s=1.0)
+        measured = rate_from_samples(samples, total)
+        final = worker.samples()
+        batch = Histogram.of(final, "continuity_batch_size")
+        db = worker.data_dir / "continuity.duckdb"
+        db_size = db.stat().st_size / 2**20 if db.exists() else math.nan
+        wal = db.with_suffix(".duckdb.wal")
+        wal_size = wal.stat().st_size / 2**20 if wal.exists() else 0.0
+    finally:
+        worker.stop()
+    store = read_store_sizes(worker.data_dir / "continuity.duckdb")
+    half = [p for p in points if p["events"] >= total / 2]
+    slope = _slope([p["events"] for p in half], [p["rss_mb"] for p in half])
+    slope_all = _slope([p["events"] for p in points], [p["rss_mb"] for p in points])
+    third = [p for p in points if p["events"] >= 2 * total / 3]
+    slope_third = _slope([p["events"] for p in third], [p["rss_mb"] for p in third])
+    return {"events": total, **measured, "command": worker.command, "samples": points,
+            "rss_start_mb": points[0]["rss_mb"] if points else math.nan,
+            "rss_half_mb": half[0]["rss_mb"] if half else math.nan,
+            "rss_end_mb": points[-1]["rss_mb"] if points else math.nan,
+            "rss_max_mb": max((p["rss_mb"] for p in points), default=math.nan),
+            "slope_second_half_mb_per_100k": slope * 1e5,
+            "slope_whole_run_mb_per_100k": slope_all * 1e5,
+            "slope_last_third_mb_per_100k": slope_third * 1e5,
+            "batch_size": batch.summary(), "duckdb_file_mb": db_size, "duckdb_wal_mb": wal_size,
+            "store": store}
+
+
+def _slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    if len(xs) < 3:
+        return math.nan
+    return float(np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)[0])
+
+
+def read_store_sizes(path: Path) -> dict[str, Any]:
+    """Row counts and state blob sizes of a stopped worker's DuckDB file (read-only)."""
+    import duckdb
+
+    if not path.exists():
+        return {}
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        out: dict[str, Any] = {}
+        for table in ("user_state", "baseline_versions", "session_summaries"):
+            row = con.execute(f"SELECT count(*) FROM {table}").fetchone()
+            out[f"{table}_rows"] = int(row[0]) if row else 0
+        row = con.execute("SELECT avg(octet_length(state)), max(octet_length(state)) "
+                          "FROM user_state").fetchone()
+        out["state_bytes_mean"] = float(row[0]) if row and row[0] is not None else math.nan
+        out["state_bytes_max"] = int(row[1]) if row and row[1] is not None else 0
+        row = con.execute("SELECT max(n) FROM (SELECT count(*) AS n FROM session_summaries "
+                          "GROUP BY user_id)").fetchone()
+        out["max_sessions_per_user"] = int(row[0]) if row and row[0] is not None else 0
+        return out
+    finally:
+        con.close()
+
+
+def state_size_bound(seed: int, sessions: Sequence[int]) -> list[dict[str, Any]]:
+    """Encoded size of one user's state and current baselines after n sessions, per scenario."""
+    from baselines.store import encode_state
+    from drift.model import DriftConfig
+    from drift.replay import MemoryReplay
+    from drift.simulation import Scenario, SimParams, simulate_user
+
+    config = DriftConfig()
+    enc = msgspec.msgpack.Encoder()
+    rows = []
+    for scenario in (Scenario.STABLE, Scenario.ATTUNEMENT_SHIFT, Scenario.SEMANTIC_CONTRADICTION,
+                     Scenario.MODEL_CHANGE_COLLAPSED, Scenario.SUSTAINED_LOW,
+                     Scenario.GOVERNANCE):
+        for n in sessions:
+            params = SimParams(test_sessions=max(1, n - SimParams().baseline_sessions))
+            events, truth = simulate_user(np.random.default_rng(seed), scenario, "u-bench",
+                                          1.7e9, params)
+            replay = MemoryReplay(config)
+            peak = 0
+            for i, e in enumerate(events):
+                replay.feed(e)
+                if i >= len(events) - 200:  # the last sessions, mid-session included
+                    peak = max(peak, len(encode_state(replay.states["u-bench"])))
+            state = replay.states["u-bench"]
+            base = replay.baselines.get("u-bench")
+            base_bytes = 0
+            if base is not None:
+                base_bytes = sum(len(enc.encode(b)) for b in (base.attunement, base.semantic,
+                                                             base.safety) if b is not None)
+            rows.append({"scenario": scenario.value, "sessions": len(truth),
+                         "events": len(events), "state_bytes": len(encode_state(state)),
+                         "state_bytes_peak_recent": peak,
+                         "recent_ids": len(state.recent_ids), "baseline_bytes": base_bytes})
+    return rows
+
+
+# --------------------------------------------------------------------------- profile
+
+
+def summarize_profile(path: Path, top: int = 25) -> dict[str, Any]:
+    """Inclusive and self share of samples per function from py-spy's raw output."""
+    inclusive: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    total = 0
+    if not path.exists():
+        return {}
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1]
+                  if " (" in f else f for f in stack.split(";")]
+        for f in set(frames):
+            inclusive[f] += n
+        own[frames[-1]] += n
+    return {"samples": total,
+            "inclusive": [(f, n / total) for f, n in inclusive.most_common(top)] if total else [],
+            "self": [(f, n / total) for f, n in own.most_common(top)] if total else []}
+
+
+# --------------------------------------------------------------------------- report
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = math.nan
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    import aiokafka
+    import duckdb
+    import faust
+    return {"nproc": os.cpu_count(), "cpu_model": model, "mem_gb": round(mem, 1),
+            "python": platform.python_version(), "platform": platform.platform(),
+            "faust": faust.__version__, "aiokafka": aiokafka.__version__,
+            "duckdb": duckdb.__version__}
+
+
+def fmt(x: Any, spec: str = ".0f") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return format(x, spec)
+
+
+def fmt_ms(seconds: float, hist: dict[str, Any] | None = None) -> str:
+    """Milliseconds; a histogram quantile past the last finite bucket prints as '> bound'."""
+    if isinstance(seconds, float) and math.isinf(seconds) and hist is not None:
+        finite = [le for le, _ in hist["buckets"] if le != "+Inf"]
+        return f"> {1e3 * max(finite):.0f}"
+    return fmt(1e3 * seconds)
+
+
+def report(res: dict[str, Any]) -> str:
+    lines: list[str] = []
+    m = res["machine"]
+    lines.append(f"machine: {m['nproc']} CPUs, {m['cpu_model']}, {m['mem_gb']} GB; "
+                 f"Python {m['python']}, faust {m['faust']}, aiokafka {m['aiokafka']}, "
+                 f"duckdb {m['duckdb']}")
+    s = res["stream"]
+    lines.append(f"events: {s['records']} pre-produced records of {s['users']} simulated users "
+                 f"(all scenarios, ~{s['sessions_per_user']} sessions each), "
+                 f"{s['partitions']} partitions, produced at {s['produce_rate']:.0f}/s")
+    lines.append("")
+    a, b, w = res.get("aiokafka"), res.get("faust_bare"), res.get("worker")
+    lines.append("| throughput (same broker, same events) | records/s | seconds "
+                 "| CPU us/record | worker/this |")
+    lines.append("|---|---:|---:|---:|---:|")
+
+    def cpu_per(run: dict[str, Any], key: str = "cpu_s") -> str:
+        done = run.get("cpu_records", run["records"] - run.get("first_batch", 0))
+        return fmt(1e6 * run[key] / done, ".0f") if run.get(key) is not None and done else "-"
+
+    if a:
+        ratio = w["rate"] / a["rate"] if w else math.nan
+        lines.append(f"| (a) aiokafka consumer + decode_event | {fmt(a['rate'])} | "
+                     f"{fmt(a['seconds'], '.1f')} | {cpu_per(a)} | {fmt(100 * ratio, '.0f')}% |")
+    if b:
+        ratio = w["rate"] / b["rate"] if w else math.nan
+        lines.append(f"| (b) bare faust agent, take_events + decode_event | {fmt(b['rate'])} | "
+                     f"{fmt(b['seconds'], '.1f')} | {cpu_per(b)} | "
+                     f"{fmt(100 * ratio, '.0f')}% (goal >= 80%) |")
+    if w:
+        lines.append(f"| worker (continuity-drift run) | {fmt(w['rate'])} | "
+                     f"{fmt(w['seconds'], '.1f')} | {cpu_per(w, 'worker_cpu_s')} | |")
+        lines.append("")
+        lines.append(f"worker CPU {w['worker_cpu_s']:.1f}s + broker CPU {w['broker_cpu_s']:.1f}s "
+                     f"while it read {w['cpu_records']:.0f} records in {w['seconds']:.1f}s; "
+                     f"{w['outputs']:.0f} outputs published")
+    lat = res.get("latency")
+    if lat:
+        h, e = lat["histogram"], lat["exact_per_record"]
+        lines.append("")
+        lines.append(f"| latency at {lat['rate']:.0f} events/s offered "
+                     f"({lat['offered']} records, achieved {lat['achieved_offer_rate']:.0f}/s) "
+                     "| n | p50 ms | p95 ms | p99 ms | <= 250 ms |")
+        lines.append("|---|---:|---:|---:|---:|---:|")
+        lines.append(f"| worker histogram (interpolated in buckets) | {h['count']:.0f} | "
+                     f"{fmt_ms(h['p50'], h)} | {fmt_ms(h['p95'], h)} | {fmt_ms(h['p99'], h)} | "
+                     f"{fmt(100 * h['share_le_250ms'], '.1f')}% |")
+        lines.append(f"| exact: first output ts - source record ts | {e['n']} | "
+                     f"{fmt(1e3 * e['p50'])} | {fmt(1e3 * e['p95'])} | {fmt(1e3 * e['p99'])} | "
+                     f"{fmt(100 * e['share_le_250ms'], '.1f')}% |")
+        pa_ = lat["producer_ack"]
+        lines.append(f"| (offer to broker ack of the input batch) | {pa_['n']} | "
+                     f"{fmt(1e3 * pa_['p50'])} | {fmt(1e3 * pa_['p95'])} | "
+                     f"{fmt(1e3 * pa_['p99'])} | |")
+        lines.append("")
+        lines.append(f"goal p99 < 250 ms: exact p99 {fmt(1e3 * e['p99'])} ms, max "
+                     f"{fmt(1e3 * e['max'])} ms; worker CPU {100 * lat['worker_cpu_share']:.0f}% "
+                     f"and broker CPU {100 * lat['broker_cpu_share']:.0f}% of one core; "
+                     f"{lat['exact_per_output']['n']} outputs matched to their source record")
+    mem = res.get("memory")
+    if mem:
+        lines.append("")
+        lines.append(f"| memory run ({mem['events']} events, {fmt(mem['rate'])} records/s) "
+                     "| events | RSS MB | DuckDB file MB |")
+        lines.append("|---|---:|---:|---:|")
+        pts = mem["samples"]
+        step = max(1, len(pts) // 10)
+        for p in pts[::step] + ([pts[-1]] if (len(pts) - 1) % step else []):
+            lines.append(f"| t = {p['t']:.0f}s | {p['events']:.0f} | {p['rss_mb']:.1f} | "
+                         f"{p.get('db_mb', math.nan):.1f} |")
+        lines.append("")
+        lines.append(f"RSS slope: {mem['slope_last_third_mb_per_100k']:+.2f} MB per 100k events "
+                     f"over the last third, {mem['slope_second_half_mb_per_100k']:+.2f} over the "
+                     f"second half, {mem['slope_whole_run_mb_per_100k']:+.2f} over the "
+                     f"whole run; max {mem['rss_max_mb']:.1f} MB; DuckDB file "
+                     f"{mem['duckdb_file_mb']:.1f} MB (+ WAL {mem['duckdb_wal_mb']:.1f} MB)")
+        st = mem.get("store") or {}
+        if st:
+            lines.append(f"store after the run: {st['user_state_rows']} user_state rows "
+                         f"(state blob mean {fmt(st['state_bytes_mean'])} B, max "
+                         f"{st['state_bytes_max']} B), {st['baseline_versions_rows']} baseline "
+                         f"versions, {st['session_summaries_rows']} session summaries (up to "
+                         f"{st['max_sessions_per_user']} per user)")
+    sb = res.get("state_size")
+    if sb:
+        lines.append("")
+        sessions = sorted({r["sessions"] for r in sb if r["scenario"] == "stable"})
+        lines.append("| encoded UserState bytes at the end (peak within the last sessions; "
+                     "encoded current baselines) after n sessions | "
+                     + " | ".join(f"n={n}" for n in sessions) + " |")
+        lines.append("|---|" + "---:|" * len(sessions))
+        by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in sb:
+            by[r["scenario"]].append(r)
+        for scen, rows in by.items():
+            cells = [f"{r['state_bytes']} ({r['state_bytes_peak_recent']}; {r['baseline_bytes']})"
+                     for r in rows]
+            lines.append(f"| {scen} | " + " | ".join(cells) + " |")
+    for key, label in (("worker", "throughput worker"), ("latency", "latency worker, paced"),
+                       ("memory", "memory worker")):
+        run = res.get(key)
+        if run:
+            bs = run["batch_size"]
+            lines.append("")
+            lines.append(f"DuckDB batches ({label}): {bs['count']:.0f} batches for "
+                         f"{bs['sum']:.0f} records, mean {fmt(bs['mean'], '.1f')} records per "
+                         f"batch/transaction, p50 {fmt(bs['p50'], '.0f')}, p95 "
+                         f"{fmt(bs['p95'], '.0f')} (interpolated in buckets)")
+    prof = res.get("profile")
+    if prof and prof.get("samples"):
+        lines.append("")
+        lines.append(f"py-spy, throughput worker ({prof['samples']} samples), inclusive share:")
+        for f, share in prof["inclusive"][:20]:
+            lines.append(f"  {100 * share:5.1f}%  {f}")
+        lines.append("self share:")
+        for f, share in prof["self"][:15]:
+            lines.append(f"  {100 * share:5.1f}%  {f}")
+    lines.append("")
+    lines.append(f"reproduce: {res['command']}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _finite(obj: Any) -> Any:
+    """NaN and infinities as null, so that the JSON file is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Throughput, latency, memory and DuckDB batching of one worker against "
+                    "a bare faust agent and a plain aiokafka consumer (SPEC section 11).")
+    parser.add_argument("--events", type=int, help="records pre-produced for the throughput "
+                        "comparison (default 200000; quick 30000)")
+    parser.add_argument("--users", type=int, help="simulated users (default 1200; quick 240)")
+    parser.add_argument("--rate", type=float, help="events/s offered in the latency run "
+                        "(default 5000)")
+    parser.add_argument("--duration", type=float, help="seconds of paced offer in the latency "
+                        "run (default 60; quick 15)")
+    parser.add_argument("--memory-events", type=int, help="records the memory run reads "
+                        "(default 1000000; quick 100000)")
+    parser.add_argument("--partitions", type=int, default=PARTITIONS)
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--quick", action="store_true", help="smoke run, under 3 minutes")
+    parser.add_argument("--skip", action="append", default=[],
+                        choices=["baselines", "worker", "latency", "memory"],
+                        help="leave out a phase (repeatable)")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="record py-spy stacks of the throughput worker into this dir")
+    parser.add_argument("--worker-setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra worker config, TOML value syntax: batch_max=2000 goes to "
+                             "[worker], drift.recent_event_ids=128 to [drift] (repeatable)")
+    parser.add_argument("--worker-cmd", default=None,
+                        help="command that starts a worker instead of continuity-drift, e.g. "
+                             "to compare a modified build (its 'run' arguments are appended)")
+    parser.add_argument("--json", type=Path, default=None, help="write every figure here")
+    parser.add_argument("--work-dir", type=Path, default=None,
+                        help="keep worker data, logs and generated scripts here (default: a "
+                             "temporary directory, removed at the end)")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+
+    preset = QUICK if args.quick else DEFAULTS
+    n = int(args.events or preset["events"])
+    users = int(args.users or preset["users"])
+    rate = float(args.rate or preset["rate"])
+    duration = float(args.duration or preset["duration"])
+    mem_events = int(args.memory_events or preset["memory_events"])
+    paced = int(rate * duration) if "latency" not in args.skip else 0
+    total = max(n + paced, mem_events if "memory" not in args.skip else 0)
+
+    command = "python bench/throughput.py" + (" --quick" if args.quick else "")
+    for flag, value, default in (("--events", n, preset["events"]),
+                                 ("--users", users, preset["users"]),
+                                 ("--rate", rate, preset["rate"]),
+                                 ("--duration", duration, preset["duration"]),
+                                 ("--memory-events", mem_events, preset["memory_events"]),
+                                 ("--partitions", args.partitions, PARTITIONS),
+                                 ("--seed", args.seed, DEFAULT_SEED)):
+        if value != default:
+            command += f" {flag} {value:g}" if isinstance(value, float) else f" {flag} {value}"
+    for s in args.skip:
+        command += f" --skip {s}"
+    worker_kv: list[tuple[str, str]] = []
+    drift_kv: list[tuple[str, str]] = []
+    for item in args.worker_setting:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--worker-setting {item!r}: expected KEY=VALUE")
+        if key.startswith("drift."):
+            drift_kv.append((key.removeprefix("drift."), value))
+        else:
+            worker_kv.append((key, value))
+        command += f" --worker-setting {shlex.quote(item)}"
+    if args.worker_cmd:
+        command += f" --worker-cmd {shlex.quote(args.worker_cmd)}"
+    spec = WorkerSpec(tuple(shlex.split(args.worker_cmd or "")), tuple(worker_kv),
+                      tuple(drift_kv))
+
+    from streams.settings import Settings
+    defaults = Settings()
+    res: dict[str, Any] = {"command": command, "machine": machine(),
+                           "settings": {"batch_max": defaults.batch_max,
+                                        "batch_within_s": defaults.batch_within_s,
+                                        "partitions": args.partitions,
+                                        "worker_config": spec.toml("<app id>"),
+                                        "worker_cmd": args.worker_cmd}}
+    started = time.monotonic()
+    log(f"building {total} simulated events for {users} users")
+    stream = build_stream(total, users, args.seed)
+    log(f"built {len(stream.records)} events in {stream.build_s:.1f}s")
+
+    with tempfile.TemporaryDirectory(prefix="continuity-throughput-") as tmpname:
+        tmp = Path(tmpname)
+        if args.work_dir is not None:
+            tmp = args.work_dir / time.strftime("%Y%m%d-%H%M%S")
+            tmp.mkdir(parents=True, exist_ok=True)
+        broker = EmbeddedBroker(log_path=tmp / "broker.log")
+        broker.start()
+        try:
+            assert broker._proc is not None
+            broker_pid = broker._proc.pid
+            topics.create_topics(broker.bootstrap, args.partitions)
+            log(f"broker at {broker.bootstrap}; producing {n} records")
+            produce_rate = produce(broker.bootstrap, stream.records[:n], args.partitions)
+            res["stream"] = {"records": n, "users": stream.users,
+                             "sessions_per_user": stream.sessions_per_user,
+                             "partitions": args.partitions, "produce_rate": produce_rate,
+                             "total_generated": len(stream.records)}
+            timeout = 120 + n / 500.0
+            if "baselines" not in args.skip:
+                log("(a) aiokafka consumer + decode_event")
+                res["aiokafka"] = baseline_aiokafka(broker.bootstrap, n, tmp, timeout)
+                log(f"    {res['aiokafka']['rate']:.0f} records/s")
+                log("(b) bare faust agent, take_events + decode_event")
+                overrides = dict(worker_kv)
+                res["faust_bare"] = baseline_faust(
+                    broker.bootstrap, n, tmp, timeout,
+                    int(overrides.get("batch_max", defaults.batch_max)),
+                    float(overrides.get("batch_within_s", defaults.batch_within_s)))
+                log(f"    {res['faust_bare']['rate']:.0f} records/s")
+            if "worker" not in args.skip:
+                log("worker throughput run")
+                res["worker"] = phase_worker_throughput(broker.bootstrap, tmp, n, broker_pid,
+                                                        timeout, args.profile, spec)
+                log(f"    {res['worker']['rate']:.0f} records/s")
+                if args.profile is not None:
+                    res["profile"] = summarize_profile(args.profile / "worker-throughput.txt")
+            if "latency" not in args.skip:
+                log(f"latency run: {paced} records offered at {rate:.0f}/s")
+                res["latency"] = phase_latency(
+                    broker.bootstrap, tmp, stream.records[n:n + paced],
+                    offsets_after(stream.records[:n], args.partitions), rate, args.partitions,
+                    broker_pid, spec)
+                log(f"    exact p99 {1e3 * res['latency']['exact_per_record']['p99']:.0f} ms")
+            if "memory" not in args.skip:
+                have = n + paced
+                if total > have:
+                    log(f"producing {total - have} more records for the memory run")
+                    produce(broker.bootstrap, stream.records[have:total], args.partitions)
+                log(f"memory run: one worker reads all {total} records")
+                res["memory"] = phase_memory(broker.bootstrap, tmp, total, broker_pid,
+                                             interval_s=max(2.0, total / 5000.0 / 40),
+                                             spec=spec)
+        finally:
+            broker.stop()
+    log("state size after few and many sessions")
+    res["state_size"] = state_size_bound(args.seed, (4, 20, 50, 100, 200) if not args.quick
+                                         else (4, 20, 60))
+    res["elapsed_s"] = time.monotonic() - started
+    text = report(res)
+    print(text)
+    print(f"(benchmark took {res['elapsed_s']:.0f}s)")
+    if args.json:
+        args.json.write_text(json.dumps(_finite(res), indent=2, default=str))
+        print(f"figures written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
