@@ -937,6 +937,57 @@ def state_size_bound(seed: int, sessions: Sequence[int]) -> list[dict[str, Any]]
     return rows
 
 
+def engine_split(records: Sequence[tuple[bytes, bytes, str]], partitions: int,
+                 batch_sizes: Sequence[int], warmup: int) -> list[dict[str, Any]]:
+    """The worker's own work without Kafka: ``Engine.process`` and ``commit_batch`` per record.
+
+    The records go through a real :class:`streams.engine.Engine` and a DuckDB file in a
+    temporary directory, in batches as the agent would hand them over; the first
+    ``warmup`` records are not timed.
+    """
+    from prometheus_client import CollectorRegistry
+
+    from baselines.store import BaselineStore
+    from drift.model import DriftConfig
+    from streams.engine import Engine, Record
+    from streams.metrics import build_metrics
+
+    offsets = dict.fromkeys(range(partitions), 0)
+    now = time.time()
+    recs = []
+    for key, value, _ in records:
+        part = partition_of(key, partitions)
+        recs.append(Record(part, offsets[part], key, value, now))
+        offsets[part] += 1
+    rows = []
+    for size in batch_sizes:
+        with tempfile.TemporaryDirectory(prefix="continuity-split-") as tmp:
+            store = BaselineStore(Path(tmp) / "continuity.duckdb")
+            engine = Engine(store, DriftConfig(), build_metrics(CollectorRegistry()))
+            engine.assign(range(partitions))
+            spent = [0.0, 0.0]
+            timed = 0
+            try:
+                for i in range(0, len(recs), size):
+                    batch = recs[i:i + size]
+                    t0 = time.perf_counter()
+                    pending = engine.process(batch)
+                    t1 = time.perf_counter()
+                    store.commit_batch(pending.write)
+                    t2 = time.perf_counter()
+                    if i >= warmup:
+                        spent[0] += t1 - t0
+                        spent[1] += t2 - t1
+                        timed += len(batch)
+            finally:
+                store.close()
+        rows.append({"batch": size, "records": timed,
+                     "process_us": 1e6 * spent[0] / max(timed, 1),
+                     "commit_us": 1e6 * spent[1] / max(timed, 1),
+                     "commit_ms_per_batch": 1e3 * spent[1] / max(timed / size, 1)})
+    return rows
+
+
 # --------------------------------------------------------------------------- profile
 
 
@@ -1113,6 +1164,15 @@ def report(res: dict[str, Any]) -> str:
                          f"{bs['sum']:.0f} records, mean {fmt(bs['mean'], '.1f')} records per "
                          f"batch/transaction, p50 {fmt(bs['p50'], '.0f')}, p95 "
                          f"{fmt(bs['p95'], '.0f')} (interpolated in buckets)")
+    split = res.get("engine_split")
+    if split:
+        lines.append("")
+        lines.append("| in-process split (no Kafka), batch size | records | Engine.process us/record "
+                     "| commit_batch us/record | commit ms/batch |")
+        lines.append("|---|---:|---:|---:|---:|")
+        for r in split:
+            lines.append(f"| {r['batch']} | {r['records']} | {r['process_us']:.0f} | "
+                         f"{r['commit_us']:.0f} | {r['commit_ms_per_batch']:.1f} |")
     prof = res.get("profile")
     if prof and prof.get("samples"):
         lines.append("")
@@ -1164,6 +1224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip", action="append", default=[],
                         choices=["baselines", "worker", "latency", "memory"],
                         help="leave out a phase (repeatable)")
+    parser.add_argument("--split", action="store_true",
+                        help="also time Engine.process and commit_batch in-process (no Kafka) "
+                             "on the same records, in batches of 500 and 2000")
     parser.add_argument("--profile", type=Path, default=None,
                         help="record py-spy stacks of the throughput worker into this dir")
     parser.add_argument("--worker-setting", action="append", default=[], metavar="KEY=VALUE",
@@ -1200,6 +1263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             command += f" {flag} {value:g}" if isinstance(value, float) else f" {flag} {value}"
     for s in args.skip:
         command += f" --skip {s}"
+    if args.split:
+        command += " --split"
     worker_kv: list[tuple[str, str]] = []
     drift_kv: list[tuple[str, str]] = []
     for item in args.worker_setting:
@@ -1283,6 +1348,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                              spec=spec)
         finally:
             broker.stop()
+    if args.split:
+        log("in-process split of the worker's own work")
+        res["engine_split"] = engine_split(stream.records[:n], args.partitions, (500, 2000),
+                                           warmup=min(20_000, n // 5))
     log("state size after few and many sessions")
     res["state_size"] = state_size_bound(args.seed, (4, 20, 50, 100, 200) if not args.quick
                                          else (4, 20, 60))
