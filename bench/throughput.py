@@ -22,9 +22,10 @@ invocation, on the same pre-produced simulated events:
 5. DuckDB batches: the ``continuity_batch_size`` histogram of the throughput and memory
    workers (one ``commit_batch`` transaction per processed batch).
 
-Run ``python bench/throughput.py`` (about 15 minutes on two cores), ``--quick`` for a
-smoke run (under 3 minutes), ``--json PATH`` to keep the figures, ``--profile DIR`` to
-record py-spy stacks of the throughput worker.
+Run ``python bench/throughput.py`` (11-14 minutes on two cores), ``--quick`` for a smoke
+run (under 3 minutes), ``--json PATH`` to keep the figures, ``--profile DIR`` to record
+py-spy stacks of the throughput worker, ``--split`` to time the engine and the DuckDB
+transaction in-process on the same records.
 """
 
 from __future__ import annotations
