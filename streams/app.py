@@ -9,7 +9,6 @@ import logging
 import os
 import time
 from collections.abc import Awaitable
-from pathlib import Path
 from typing import Any
 
 import faust
@@ -278,6 +277,3 @@ def describe_baseline(b: Any, values: bool = True) -> dict[str, Any]:
                              "consent_state_id": b.consent_state_id}
     return out
 
-
-def data_path(settings: Settings) -> Path:
-    return settings.data_dir / "continuity.duckdb"

@@ -108,28 +108,17 @@ class Engine:
         if not new:
             return
         offsets = self.store.offsets(topics.INPUT)
-        states = self.store.load_states(new)
-        baselines = self.store.load_baselines(new)
-        for user_id, state in states.items():
-            self.states[user_id] = state
-        self.baselines.update(baselines)
-        with_state = self.store_partitions_of(new)
-        self.user_partition.update(with_state)
-        for p in new:
+        now = self.clock()
+        for p in sorted(new):
+            states = self.store.load_states([p])
+            baselines = self.store.load_baselines([p])
+            self.states.update(states)
+            self.baselines.update(baselines)
+            self.user_partition.update({u: p for u in (*states, *baselines)})
             self.next_offsets[p] = offsets.get(p, 0)
-            clocks = [s.clock_s for u, s in states.items() if with_state.get(u) == p]
-            self.watermarks[p] = (max(clocks, default=0.0), self.clock())
+            self.watermarks[p] = (max((s.clock_s for s in states.values()), default=0.0), now)
         self.partitions |= new
         self._refresh_gauges()
-
-    def store_partitions_of(self, partitions: set[int]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for p in partitions:
-            for user_id in self.store.load_states([p]):
-                out[user_id] = p
-            for user_id in self.store.load_baselines([p]):
-                out[user_id] = p
-        return out
 
     def revoke(self, partitions: Iterable[int]) -> None:
         gone = set(partitions) & self.partitions
