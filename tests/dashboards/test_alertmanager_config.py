@@ -12,7 +12,6 @@ import re
 import shutil
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +21,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.conftest import wait_until
 from tests.dashboards.promql import ALERTMANAGER_DIR, RuleExpr, load_rules
 
 CONFIG = ALERTMANAGER_DIR / "alertmanager.yml"
@@ -200,17 +201,17 @@ def alertmanager_url(tmp_path: Path) -> Iterator[str]:
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 30
-            while True:
+
+            def ready() -> bool:
                 assert process.poll() is None, log_path.read_text(errors="replace")
                 try:
                     with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
-                        if response.status == 200:
-                            break
+                        return bool(response.status == 200)
                 except (urllib.error.URLError, ConnectionError):
-                    pass
-                assert time.monotonic() < deadline, log_path.read_text(errors="replace")
-                time.sleep(0.1)
+                    return False
+
+            wait_until(ready, 30, "alertmanager to be ready", interval_s=0.1,
+                       detail=lambda: log_path.read_text(errors="replace"))
             yield url
         finally:
             process.terminate()
@@ -237,13 +238,17 @@ def key(labels: dict[str, str]) -> tuple[str, str, str]:
 
 def wait_for_states(url: str, expected: dict[tuple[str, str, str], str]) -> dict[Any, str]:
     """Poll the alerts API until each alert in ``expected`` has its state."""
-    deadline = time.monotonic() + 30
-    while True:
-        states = {key(a["labels"]): a["status"]["state"] for a in http_json(f"{url}/api/v2/alerts")}
-        if all(states.get(k) == v for k, v in expected.items()):
-            return states
-        assert time.monotonic() < deadline, f"expected {expected}, got {states}"
-        time.sleep(0.1)
+    seen: dict[Any, str] = {}
+
+    def settled() -> bool:
+        seen.clear()
+        seen.update({key(a["labels"]): a["status"]["state"]
+                     for a in http_json(f"{url}/api/v2/alerts")})
+        return all(seen.get(k) == v for k, v in expected.items())
+
+    wait_until(settled, 30, f"alert states {expected}", interval_s=0.1,
+               detail=lambda: f"last seen: {seen}")
+    return dict(seen)
 
 
 def test_inhibition(alertmanager_url: str) -> None:
