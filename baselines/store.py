@@ -20,37 +20,33 @@ import msgspec
 import pyarrow as pa
 
 from baselines.migrations import MIGRATIONS
+from baselines.snapshot import decode_state, encode_state
 from drift.baseline import (
     AttunementBaseline,
+    Baseline,
     BaselineMeta,
     SafetyBaseline,
     SemanticBaseline,
     UserBaselines,
     derive_id,
 )
-from drift.model import BaselineKind, Mode, ModelTriple
-from drift.outputs import ErasureCommand
-from drift.processor import UserState
+from drift.model import BaselineKind, Mode, ModelTriple, Tier
+from drift.outputs import (
+    ErasureCommand,
+    ErasureOutcome,
+    ErasureResult,
+    ErasureTarget,
+    SessionSummary,
+)
 from drift.scoring import WindowStats
+from drift.state import UserState
 
-Baseline = AttunementBaseline | SemanticBaseline | SafetyBaseline
-
-_state_encoder = msgspec.msgpack.Encoder()
-_state_decoder = msgspec.msgpack.Decoder(UserState)
 _json = msgspec.json.Encoder()
 
 
 def user_ref(user_id: str) -> str:
     """The pseudonymous reference that audit records keep instead of the user id."""
     return derive_id("user-ref", user_id)
-
-
-def encode_state(state: UserState) -> bytes:
-    return _state_encoder.encode(state)
-
-
-def decode_state(data: bytes) -> UserState:
-    return _state_decoder.decode(data)
 
 
 class _AttunementValues(msgspec.Struct, frozen=True):
@@ -99,23 +95,6 @@ _BASELINE_COLUMNS = ("user_id, kind, baseline_id, version, created_at, source_se
                      "mode, expires_at, vals")
 
 
-@dataclass(frozen=True, slots=True)
-class SessionSummary:
-    """What the review API shows of a past session: no feature values."""
-
-    user_id: str
-    session_id: str
-    partition: int
-    mode: str
-    started_at: float
-    ended_at: float | None
-    turns: int
-    max_tier: str
-    scores: int
-    model_change: bool
-    reattune_quality: float | None
-
-
 @dataclass
 class BatchWrite:
     """Everything one processed batch changes, written in one transaction."""
@@ -125,35 +104,11 @@ class BatchWrite:
     states: dict[str, tuple[int, UserState]] = field(default_factory=dict)
     dropped_states: set[str] = field(default_factory=set)
     baselines: list[tuple[int, Baseline]] = field(default_factory=list)
-    sessions: list[SessionSummary] = field(default_factory=list)
+    sessions: list[tuple[int, SessionSummary]] = field(default_factory=list)
 
     def empty(self) -> bool:
         return not (self.offsets or self.states or self.dropped_states or self.baselines
                     or self.sessions)
-
-
-@dataclass(frozen=True, slots=True)
-class ErasureTarget:
-    kind: str
-    baseline_id: str | None
-    versions: int
-    outcome: str
-
-
-@dataclass(frozen=True, slots=True)
-class ErasureResult:
-    request_id: str
-    targets: tuple[ErasureTarget, ...]
-    replayed: bool
-
-    @property
-    def outcome(self) -> str:
-        outcomes = {t.outcome for t in self.targets}
-        if not outcomes or outcomes == {"verified"}:
-            return "verified"
-        if "verified" in outcomes:
-            return "partial"
-        return "failed"
 
 
 class StoreUnavailable(RuntimeError):
@@ -174,7 +129,6 @@ class BaselineStore:
         self.path = str(path)
         self._lock = threading.RLock()
         self._con = duckdb.connect(self.path, read_only=read_only)
-        self._needs_compaction = False
         if not read_only:
             self.migrate()
 
@@ -302,7 +256,12 @@ class BaselineStore:
                 "SELECT user_id, session_id, partition, mode, started_at, ended_at, turns, "
                 "max_tier, scores, model_change, reattune_quality FROM session_summaries "
                 "WHERE user_id = ? AND session_id = ?", [user_id, session_id]).fetchone()
-        return SessionSummary(*row) if row else None
+        if not row:
+            return None
+        (user, session, _, mode, started, ended, turns, max_tier, scores, model_change,
+         quality) = row
+        return SessionSummary(user, session, Mode(mode), started, ended, turns,
+                              Tier[max_tier.upper()], scores, model_change, quality)
 
     def count_user_rows(self, user_id: str) -> dict[str, int]:
         """Rows that still mention a user, per table (erasure verification)."""
@@ -373,15 +332,15 @@ class BaselineStore:
                         f"SELECT partition, {_BASELINE_COLUMNS} FROM new_versions")
             con.unregister("new_versions")
         if batch.sessions:
-            s = batch.sessions
+            s = [x for _, x in batch.sessions]
             table = pa.table({
                 "user_id": [x.user_id for x in s], "session_id": [x.session_id for x in s],
-                "partition": pa.array([x.partition for x in s], pa.int32()),
-                "mode": [x.mode for x in s],
-                "started_at": pa.array([x.started_at for x in s], pa.float64()),
-                "ended_at": pa.array([x.ended_at for x in s], pa.float64()),
+                "partition": pa.array([p for p, _ in batch.sessions], pa.int32()),
+                "mode": [x.mode.value for x in s],
+                "started_at": pa.array([x.started_s for x in s], pa.float64()),
+                "ended_at": pa.array([x.ended_s for x in s], pa.float64()),
                 "turns": pa.array([x.turns for x in s], pa.int32()),
-                "max_tier": [x.max_tier for x in s],
+                "max_tier": [x.max_tier.label for x in s],
                 "scores": pa.array([x.scores for x in s], pa.int32()),
                 "model_change": pa.array([x.model_change for x in s], pa.bool_()),
                 "reattune_quality": pa.array([x.reattune_quality for x in s], pa.float64()),
@@ -412,14 +371,15 @@ class BaselineStore:
                 [request_id]).fetchone()
         if not seen or not seen[0]:
             return None
-        return ErasureResult(request_id, tuple(ErasureTarget(*r) for r in rows), True)
+        return ErasureResult(request_id, tuple(
+            ErasureTarget(BaselineKind(k), b, v, ErasureOutcome(o)) for k, b, v, o in rows), True)
 
-    def erase(self, command: ErasureCommand, partition: int, *,
-              drop_user_rows: bool = False) -> ErasureResult:
+    def erase(self, command: ErasureCommand, partition: int) -> ErasureResult:
         """Remove every version of the command's kinds for its user, leaving tombstones.
 
         Idempotent by request id: a repeated request returns the first result.
         ``verified`` is set per target only after re-reading it and finding nothing.
+        An erasure of every kind also drops the user's state and session rows.
         The freed pages still hold old bytes until :meth:`compact` runs.
         """
         previous = self.previous_erasure(command.request_id)
@@ -445,7 +405,7 @@ class BaselineStore:
                              command.request_id])
                     con.execute("DELETE FROM baseline_versions WHERE user_id = ? AND kind = ?",
                                 [command.user_id, kind])
-                if drop_user_rows:
+                if command.everything:
                     con.execute("DELETE FROM user_state WHERE user_id = ?", [command.user_id])
                     con.execute("DELETE FROM session_summaries WHERE user_id = ?",
                                 [command.user_id])
@@ -464,20 +424,18 @@ class BaselineStore:
                     remaining = int(left[0]) if left else 0
                     if command.replacement is not None and kind == "attunement":
                         remaining -= 1
-                    outcome = "verified" if remaining == 0 else "failed"
-                    targets.append(ErasureTarget(kind, baseline_id, versions, outcome))
+                    outcome = (ErasureOutcome.VERIFIED if remaining == 0
+                               else ErasureOutcome.FAILED)
+                    targets.append(ErasureTarget(BaselineKind(kind), baseline_id, versions,
+                                                 outcome))
                     con.execute("INSERT INTO erasure_targets VALUES (?, ?, ?, ?, ?)",
-                                [command.request_id, kind, baseline_id, versions, outcome])
+                                [command.request_id, kind, baseline_id, versions,
+                                 outcome.value])
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
-            self._needs_compaction = True
         return ErasureResult(command.request_id, tuple(targets), False)
-
-    @property
-    def needs_compaction(self) -> bool:
-        return self._needs_compaction
 
     def compact(self) -> None:
         """Rewrite the database into a fresh file, so freed pages keep no erased bytes.
@@ -487,7 +445,6 @@ class BaselineStore:
         and swapping it in removes them from the file and its WAL.
         """
         if self.path == ":memory:":
-            self._needs_compaction = False
             return
         with self._lock:
             fresh = self.path + ".compact"
@@ -509,17 +466,6 @@ class BaselineStore:
             if os.path.exists(wal):
                 os.remove(wal)
             self._con = duckdb.connect(self.path)
-            self._needs_compaction = False
-
-    def drop_partition_rows(self, partitions: Iterable[int]) -> None:
-        """Forget the state of partitions this worker no longer owns (it stays in the changelog)."""
-        parts = list(partitions)
-        if not parts:
-            return
-        marks = ", ".join("?" * len(parts))
-        with self._lock:
-            for table in ("user_state", "baseline_versions", "session_summaries"):
-                self._con.execute(f"DELETE FROM {table} WHERE partition IN ({marks})", parts)
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:

@@ -44,10 +44,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.rates import Rate  # noqa: E402
+from bench.rates import Rate
 from drift.model import DriftConfig, Mode, Turn
 from drift.replay import MemoryReplay
 from drift.simulation import Scenario, SimParams, TruthRow, simulate_user
+from streams.wire import payload
 
 START_TS = 1.7e9
 TIER_RANK = {"low": 0, "medium": 1, "high": 2}
@@ -208,7 +209,7 @@ def run_users(task: tuple[Row, int, int, int, int, DriftConfig]) -> list[UserRes
         replay = MemoryReplay(config)
         payloads: list[dict[str, Any]] = []
         for event in events:
-            payloads.extend(o.payload for o in replay.feed(event))
+            payloads.extend(payload(o) for o in replay.feed(event))
         test_id = next(t.session_id for t in truth if t.phase == "test")
         outcome = session_outcome([p for p in payloads if p.get("session_id") == test_id])
         result = UserResult(row_index, outcome)

@@ -48,11 +48,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.rates import Rate  # noqa: E402
-from drift.model import DriftConfig, Mode  # noqa: E402
-from drift.outputs import Output, OutputKind  # noqa: E402
-from drift.replay import MemoryReplay  # noqa: E402
-from drift.simulation import Scenario, SimParams, simulate_user  # noqa: E402
+from bench.rates import Rate
+from drift.model import DriftConfig, Mode
+from drift.outputs import Output, OutputKind
+from drift.replay import MemoryReplay
+from drift.simulation import Scenario, SimParams, simulate_user
+from streams.wire import payload
 
 START_TS = 1.7e9
 DEFAULT_SEED = 20261130
@@ -114,26 +115,26 @@ def run_user(mode: Mode, scenario: Scenario, seed: int, index: int, config: Drif
     by_session: dict[str, list[Output]] = {}
     for event in events:
         for out in runner.feed(event):
-            by_session.setdefault(str(out.payload.get("session_id")), []).append(out)
+            by_session.setdefault(out.session_id, []).append(out)
     sessions = []
     for row in truth:
         outs = by_session.get(row.session_id, [])
-        scored = [o.payload for o in outs if "reattune_quality_score" in o.payload]
+        scored = [p for p in map(payload, outs) if "reattune_quality_score" in p]
         quality = ttb = outcome = None
         if scored:
-            payload = scored[0]
-            quality = float(payload["reattune_quality_score"])
-            ttb = payload["reattune_turns_to_baseline"]
-            outcome = str(payload.get("action", payload.get("score_kind")))
+            first = scored[0]
+            quality = float(first["reattune_quality_score"])
+            ttb = first["reattune_turns_to_baseline"]
+            outcome = str(first.get("action", first.get("score_kind")))
         sessions.append(SessionRecord(
             row.session_id, row.phase, row.expected, row.model_changed, row.notice_shown,
             quality, ttb, outcome,
             undisclosed=sum(1 for o in outs if o.kind is OutputKind.VIOLATION
-                            and o.payload["rule"] == "model_change_undisclosed"),
+                            and payload(o)["rule"] == "model_change_undisclosed"),
             escalations=sum(1 for o in outs if o.kind is OutputKind.ESCALATION
-                            and o.payload["kind"] == "sustained_low_reattune"),
+                            and payload(o)["kind"] == "sustained_low_reattune"),
             notices=sum(1 for o in outs if o.kind is OutputKind.RESPONSE
-                        and o.payload["action"] == "model_change_notice"),
+                        and payload(o)["action"] == "model_change_notice"),
         ))
     return UserRecord(mode.value, scenario.value, user_id, tuple(sessions))
 

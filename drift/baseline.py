@@ -7,7 +7,7 @@ A baseline version is immutable: folding a session returns a new value with
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -103,6 +103,9 @@ class SafetyBaseline:
         return (self.gate_config_id, self.drift_policy_id, self.consent_state_id)
 
 
+Baseline = AttunementBaseline | SemanticBaseline | SafetyBaseline
+
+
 @dataclass(frozen=True, slots=True)
 class UserBaselines:
     """The current (latest, unexpired) version of each kind for one user."""
@@ -187,13 +190,7 @@ def restrict_features(baseline: AttunementBaseline, keep: tuple[str, ...],
     """The same baseline holding only the ``keep`` features (a mode downgrade)."""
     idx = [baseline.features.index(f) for f in keep if f in baseline.features]
     kept = tuple(baseline.features[i] for i in idx)
-
-    def cut(stats: WindowStats | None) -> WindowStats | None:
-        if stats is None:
-            return None
-        return WindowStats(stats.n, tuple(stats.mean[i] for i in idx),
-                           tuple(stats.m2[i] for i in idx))
-
-    sessions = tuple(tuple(cut(s) for s in windows) for windows in baseline.sessions)
+    sessions = tuple(tuple(None if s is None else s.restrict(idx) for s in windows)
+                     for windows in baseline.sessions)
     late = tuple(baseline.late_profile[i] for i in idx)
     return AttunementBaseline(meta, kept, sessions, late)

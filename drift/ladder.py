@@ -10,10 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from drift.model import BaselineKind, Tier
-
-CHECK_PROMPTED = "continuity_check_prompted"
-REBASELINE_REQUIRED = "continuity_rebaseline_required"
-HOLD_RELEASED = "hold_released"
+from drift.outputs import Action
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +26,7 @@ class LadderState:
 class LadderStep:
     state: LadderState
     effective_tier: Tier
-    actions: tuple[str, ...]
+    actions: tuple[Action, ...]
 
 
 def initial() -> LadderState:
@@ -58,24 +55,24 @@ def step(state: LadderState, tier: Tier, kinds: frozenset[BaselineKind], cause: 
     Medium prompts a continuity check once per session; high issues one HOLD.
 
     >>> a = step(initial(), Tier.MEDIUM, frozenset({BaselineKind.ATTUNEMENT}), "s1")
-    >>> a.effective_tier.label, a.actions
-    ('medium', ('continuity_check_prompted',))
+    >>> a.effective_tier.label, [x.value for x in a.actions]
+    ('medium', ['continuity_check_prompted'])
     >>> b = step(a.state, Tier.LOW, frozenset(), "s2")
     >>> b.effective_tier.label, b.actions
     ('medium', ())
     >>> c = step(b.state, Tier.HIGH, frozenset({BaselineKind.SEMANTIC}), "s3")
-    >>> c.effective_tier.label, c.actions, c.state.hold
-    ('high', ('continuity_rebaseline_required',), True)
+    >>> c.effective_tier.label, [x.value for x in c.actions], c.state.hold
+    ('high', ['continuity_rebaseline_required'], True)
     """
     effective = max(state.session_tier, tier)
-    actions: list[str] = []
+    actions: list[Action] = []
     new = replace(state, session_tier=effective)
     if effective is Tier.MEDIUM and not state.prompted:
-        actions.append(CHECK_PROMPTED)
+        actions.append(Action.CHECK_PROMPTED)
         new = replace(new, prompted=True)
     if effective is Tier.HIGH:
         if not state.hold:
-            actions.append(REBASELINE_REQUIRED)
+            actions.append(Action.REBASELINE_REQUIRED)
             new = replace(new, hold=True, hold_kinds=kinds or frozenset(BaselineKind),
                           hold_cause=cause)
         elif tier is Tier.HIGH:

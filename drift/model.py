@@ -7,7 +7,8 @@ only ever sees these frozen values.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 
 class Mode(str, enum.Enum):
@@ -99,6 +100,17 @@ class Turn:
     crisis: bool
     legal_hold: bool
 
+    @staticmethod
+    def neutral(turn: int, **changes: Any) -> Turn:
+        """A turn with middling dynamics and no blocking state, with ``changes`` applied.
+
+        >>> Turn.neutral(3, crisis=True).crisis, Turn.neutral(3).trust
+        (True, 0.5)
+        """
+        base = Turn(turn, 0.5, 0.5, 0.0, False, False, 40, 900.0, "none", False, False, False,
+                    False)
+        return replace(base, **changes)
+
     def features(self) -> tuple[float, ...]:
         """The six dynamics in :data:`FEATURES` order, as floats."""
         return (self.trust, self.resonance_depth, self.valence, float(self.friction),
@@ -164,6 +176,23 @@ class SessionEnd:
 
 Body = (SessionStart | Turn | Semantic | MemoryWrite | MemoryWriteBlocked | MemoryErase
         | ModeChanged | NoticeShown | BaselineReconfirmed | SessionEnd)
+
+#: The wire ``event_type`` of each body.
+EVENT_TYPES: dict[type, str] = {
+    SessionStart: "session_start", Turn: "turn", Semantic: "semantic",
+    MemoryWrite: "memory_write", MemoryWriteBlocked: "memory_write_blocked",
+    MemoryErase: "memory_erase", ModeChanged: "continuity_mode_changed",
+    NoticeShown: "model_change_notice_shown", BaselineReconfirmed: "baseline_reconfirmed",
+    SessionEnd: "session_end",
+}
+
+
+def event_type_of(body: Body) -> str:
+    """
+    >>> event_type_of(SessionEnd(3, "closed"))
+    'session_end'
+    """
+    return EVENT_TYPES[type(body)]
 
 
 @dataclass(frozen=True, slots=True)

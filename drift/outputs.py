@@ -1,16 +1,20 @@
-"""Output messages: what the core asks the shell to publish, with deterministic ids."""
+"""What the core hands the shell: typed, frozen results with deterministic ids.
+
+Every output names its topic through :class:`OutputKind`; ``streams.wire`` turns
+each into the JSON of SPEC section 7. Closed sets are enums, so metric labels and
+wire values come from one place.
+"""
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
-from drift.baseline import AttunementBaseline, BaselineMeta, SafetyBaseline, SemanticBaseline
-from drift.model import BaselineKind
-
-SCHEMA = "drift/1"
+from drift.baseline import AttunementBaseline, Baseline, BaselineMeta
+from drift.model import BaselineKind, Mode, ModelTriple, Tier
+from drift.reattune import ReattuneScore
+from drift.scoring import AttunementTest
 
 
 class OutputKind(str, enum.Enum):
@@ -21,14 +25,269 @@ class OutputKind(str, enum.Enum):
     RECEIPT = "receipt"
 
 
+class Action(str, enum.Enum):
+    """Response actions on ``drift.responses`` (SPEC sections 4 and 5)."""
+
+    CHECK_PROMPTED = "continuity_check_prompted"
+    REBASELINE_REQUIRED = "continuity_rebaseline_required"
+    HOLD_RELEASED = "hold_released"
+    MODEL_CHANGE_NOTICE = "model_change_notice"
+    POSTURE_DOWNGRADE = "posture_downgrade"
+    REATTUNE_COMPLETED = "reattune_completed"
+    REATTUNE_FAILED = "reattune_failed"
+
+
+class Rule(str, enum.Enum):
+    """Memory-governance rules on ``governance.violations`` (SPEC section 6)."""
+
+    MODE_FORBIDDEN = "relational_write_mode_forbidden"
+    BLOCKED_STATE = "relational_write_in_blocked_state"
+    UNCONFIRMED = "relational_write_unconfirmed"
+    MODEL_CHANGE_UNDISCLOSED = "model_change_undisclosed"
+
+
+class EscalationKind(str, enum.Enum):
+    SUSTAINED_LOW_REATTUNE = "sustained_low_reattune"
+
+
+class ErasureOutcome(str, enum.Enum):
+    REQUESTED = "requested"
+    IN_PROGRESS = "in_progress"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    VERIFIED = "verified"
+
+
+class Component(str, enum.Enum):
+    ATTUNEMENT = "attunement_drift"
+    SEMANTIC = "semantic_drift"
+    SAFETY = "safety_drift"
+
+
+class ReattuneOutcome(str, enum.Enum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    NEVER_REACHED_BASELINE = "never_reached_baseline"
+
+
+class Offer(str, enum.Enum):
+    RESET_SESSION_ONLY = "reset_session_only"
+    CONTINUE_CONSERVATIVE = "continue_conservative"
+
+
+class Posture(str, enum.Enum):
+    RESTORED = "restored"
+    CONSERVATIVE = "conservative"
+
+
 @dataclass(frozen=True, slots=True)
-class Output:
-    kind: OutputKind
-    key: str
-    payload: dict[str, Any]
+class BaselineRef:
+    baseline_id: str
+    version: int
+
+    @staticmethod
+    def of(meta: BaselineMeta | None) -> BaselineRef | None:
+        return None if meta is None else BaselineRef(meta.baseline_id, meta.version)
 
 
-Baseline = AttunementBaseline | SemanticBaseline | SafetyBaseline
+@dataclass(frozen=True, slots=True)
+class Components:
+    """The three drift components of one score; None where no baseline of that kind exists."""
+
+    attunement: float | None
+    semantic: float | None
+    safety: float | None
+
+    def items(self) -> tuple[tuple[Component, float | None], ...]:
+        return ((Component.ATTUNEMENT, self.attunement), (Component.SEMANTIC, self.semantic),
+                (Component.SAFETY, self.safety))
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """What drove a score: the component, its statistic and threshold, the baseline version."""
+
+    component: BaselineKind
+    baseline: BaselineRef | None
+    test: AttunementTest | None = None
+    value: float | None = None
+    alpha_medium: float = 0.0
+    alpha_high: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class DriftScore:
+    """One ``continuity_drift_score`` with its tier and the effective tier after it."""
+
+    kind: ClassVar[OutputKind] = OutputKind.SCORE
+    id: str
+    user_id: str
+    session_id: str
+    ts_s: float
+    turn: int
+    checkpoint: str
+    mode: Mode
+    baselines: tuple[BaselineRef | None, BaselineRef | None, BaselineRef | None]
+    components: Components
+    score: float
+    tier: Tier
+    effective_tier: Tier
+    attribution: Attribution
+    weights: tuple[float, float, float]
+    thresholds: tuple[float, float]
+    drift_policy_id: str
+    source_event_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reattunement:
+    """A re-attunement score and what it was held against."""
+
+    score: ReattuneScore
+    threshold: float
+    reattune_id: str
+    baseline: BaselineRef | None
+
+    @property
+    def passed(self) -> bool:
+        return self.score.quality >= self.threshold
+
+
+@dataclass(frozen=True, slots=True)
+class ReattuneQualityScore:
+    """The continuity-quality signal of a session with a prior and no model change."""
+
+    kind: ClassVar[OutputKind] = OutputKind.SCORE
+    id: str
+    user_id: str
+    session_id: str
+    ts_s: float
+    turn: int
+    source_event_id: str
+    reattunement: Reattunement
+
+
+@dataclass(frozen=True, slots=True)
+class LadderDetail:
+    score_id: str
+    score: float
+    tier: Tier
+    effective_tier: Tier
+    hold_kinds: tuple[BaselineKind, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseDetail:
+    kinds: tuple[BaselineKind, ...]
+    reconfirmed_event_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChangeDetail:
+    reattune_required: bool
+    previous_model: ModelTriple
+    model: ModelTriple
+
+
+@dataclass(frozen=True, slots=True)
+class ReattuneDetail:
+    posture: Posture
+    offers: tuple[Offer, ...]
+    reattunement: Reattunement
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A tighten-only action for upstream services, with its cause."""
+
+    kind: ClassVar[OutputKind] = OutputKind.RESPONSE
+    id: str
+    user_id: str
+    session_id: str
+    ts_s: float
+    action: Action
+    cause_event_id: str
+    detail: LadderDetail | ReleaseDetail | ModelChangeDetail | ReattuneDetail
+
+
+@dataclass(frozen=True, slots=True)
+class Escalation:
+    kind: ClassVar[OutputKind] = OutputKind.ESCALATION
+    id: str
+    user_id: str
+    session_id: str
+    ts_s: float
+    escalation: EscalationKind
+    route: str
+    sessions: int
+    last_quality: float
+    threshold: float
+    cause_event_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    kind: ClassVar[OutputKind] = OutputKind.VIOLATION
+    id: str
+    user_id: str
+    session_id: str
+    ts_s: float
+    rule: Rule
+    reason: str
+    event_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureTarget:
+    """The outcome for one baseline kind of one erasure request."""
+
+    kind: BaselineKind
+    baseline_id: str | None
+    versions: int
+    outcome: ErasureOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureResult:
+    """What the store did for one erasure request (or did the first time, on a repeat)."""
+
+    request_id: str
+    targets: tuple[ErasureTarget, ...]
+    replayed: bool
+
+    @property
+    def outcome(self) -> ErasureOutcome:
+        """``verified`` when every target was; ``partial`` when some were; else ``failed``.
+
+        >>> t = ErasureTarget(BaselineKind.SEMANTIC, "b", 1, ErasureOutcome.VERIFIED)
+        >>> ErasureResult("r", (t,), False).outcome.value, ErasureResult("r", (), False).outcome.value
+        ('verified', 'verified')
+        """
+        outcomes = {t.outcome for t in self.targets}
+        if not outcomes or outcomes == {ErasureOutcome.VERIFIED}:
+            return ErasureOutcome.VERIFIED
+        if ErasureOutcome.VERIFIED in outcomes:
+            return ErasureOutcome.PARTIAL
+        return ErasureOutcome.FAILED
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureReceipt:
+    kind: ClassVar[OutputKind] = OutputKind.RECEIPT
+    id: str
+    user_id: str
+    session_id: str
+    ts_s: float
+    request_id: str
+    reason: str
+    cause_event_id: str
+    outcome: ErasureOutcome
+    targets: tuple[ErasureTarget, ...]
+    replacement_features: tuple[str, ...] | None
+    checks: tuple[str, ...]
+
+
+Output = DriftScore | ReattuneQualityScore | Response | Escalation | Violation | ErasureReceipt
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +295,9 @@ class ErasureCommand:
     """Remove every stored version of ``kinds`` for a user, leaving tombstones.
 
     ``replacement`` is written after the removal (a downgrade that keeps a
-    restricted attunement baseline).
+    restricted attunement baseline). ``everything`` also drops the user's state
+    and session rows (a downgrade to a mode that keeps nothing, or an operator's
+    erase of the whole user).
     """
 
     user_id: str
@@ -48,42 +309,48 @@ class ErasureCommand:
     ts_s: float
     replacement: AttunementBaseline | None = None
 
+    @property
+    def everything(self) -> bool:
+        return set(self.kinds) == set(BaselineKind)
 
-@dataclass
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """What the review API shows of a session: no feature values."""
+
+    user_id: str
+    session_id: str
+    mode: Mode
+    started_s: float
+    ended_s: float | None
+    turns: int
+    max_tier: Tier
+    scores: int
+    model_change: bool
+    reattune_quality: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Effects:
-    """Everything one step asks of the shell, in order."""
+    """Everything one step asks of the shell.
 
-    outputs: list[Output] = field(default_factory=list)
-    baseline_writes: list[Baseline] = field(default_factory=list)
-    erasures: list[ErasureCommand] = field(default_factory=list)
-    duplicate: bool = False
-    orphan: bool = False
-
-    def extend(self, other: Effects) -> None:
-        self.outputs.extend(other.outputs)
-        self.baseline_writes.extend(other.baseline_writes)
-        self.erasures.extend(other.erasures)
-
-
-def iso(ts_s: float) -> str:
-    """RFC 3339 UTC text of an event time.
-
-    >>> iso(0.0)
-    '1970-01-01T00:00:00.000000Z'
+    ``writes`` are new baseline versions and erasures in the order the fold made
+    them (a version folded before an erasure in the same step is erased with the
+    rest); ``sessions`` are summaries of the sessions that closed.
     """
-    return datetime.fromtimestamp(ts_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    outputs: tuple[Output, ...] = ()
+    writes: tuple[Baseline | ErasureCommand, ...] = ()
+    sessions: tuple[SessionSummary, ...] = ()
+    duplicate: bool = False
+
+    def __add__(self, other: Effects) -> Effects:
+        return Effects(self.outputs + other.outputs, self.writes + other.writes,
+                       self.sessions + other.sessions, self.duplicate or other.duplicate)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.outputs or self.writes or self.sessions)
 
 
-def baseline_ref(meta: BaselineMeta | None) -> dict[str, Any] | None:
-    if meta is None:
-        return None
-    return {"baseline_id": meta.baseline_id, "version": meta.version}
-
-
-def envelope(output_id: str, user_id: str, session_id: str | None, ts_s: float
-             ) -> dict[str, Any]:
-    out: dict[str, Any] = {"schema": SCHEMA, "id": output_id, "user_id": user_id}
-    if session_id is not None:
-        out["session_id"] = session_id
-    out["event_ts"] = iso(ts_s)
-    return out
+NO_EFFECTS = Effects()

@@ -10,9 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from drift.baseline import UserBaselines
+from drift.fold import initial, step
 from drift.model import DriftConfig, FhrEvent
 from drift.outputs import Output
-from drift.processor import UserState, close_idle, step
+from drift.state import UserState
 
 
 @dataclass
@@ -23,33 +24,28 @@ class MemoryReplay:
     states: dict[str, UserState] = field(default_factory=dict)
     baselines: dict[str, UserBaselines] = field(default_factory=dict)
 
-    def feed(self, event: FhrEvent) -> list[Output]:
-        state = self.states.setdefault(event.user_id, UserState(event.user_id))
-        effects, after = step(state, event, self.baselines.get(event.user_id, UserBaselines()),
-                              self.config)
-        self.baselines[event.user_id] = after
-        return effects.outputs
-
-    def close_all_idle(self, now_s: float) -> list[Output]:
-        out: list[Output] = []
-        for user_id, state in self.states.items():
-            effects, after = close_idle(state, self.baselines.get(user_id, UserBaselines()),
-                                        now_s, self.config)
-            self.baselines[user_id] = after
-            out.extend(effects.outputs)
-        return out
+    def feed(self, event: FhrEvent) -> tuple[Output, ...]:
+        user_id = event.user_id
+        state = self.states.get(user_id) or initial(user_id)
+        result = step(state, self.baselines.get(user_id, UserBaselines()), event, self.config)
+        self.states[user_id] = result.state
+        self.baselines[user_id] = result.baselines
+        return result.effects.outputs
 
 
 def replay(events: Iterable[FhrEvent], config: DriftConfig) -> list[Output]:
     """All outputs of ``events`` in order.
 
     >>> import numpy as np
+    >>> from drift.outputs import DriftScore, Response
     >>> from drift.simulation import Scenario, simulate_user
     >>> events, _ = simulate_user(np.random.default_rng(5), Scenario.SAFETY_MISMATCH, "u", 1.7e9)
     >>> outs = replay(events, DriftConfig())
-    >>> last = [o.payload for o in outs if o.payload["session_id"] == "u-s3"]
-    >>> [(p.get("checkpoint"), p.get("action")) for p in last if p.get("tier") == "high"]
-    [('session_start', None), (None, 'continuity_rebaseline_required'), ('turn_5', None), ('turn_10', None)]
+    >>> [o.checkpoint for o in outs if isinstance(o, DriftScore) and o.session_id == "u-s3"
+    ...  and o.tier.label == "high"]
+    ['session_start', 'turn_5', 'turn_10']
+    >>> [o.action.value for o in outs if isinstance(o, Response) and o.session_id == "u-s3"]
+    ['continuity_rebaseline_required']
     >>> replay(events, DriftConfig()) == outs
     True
     """

@@ -9,6 +9,7 @@ with probability ``alpha_high``, however few turns the checkpoint holds. See
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +47,7 @@ class WindowStats:
     m2: tuple[float, ...]
 
     @staticmethod
-    def of(rows: np.ndarray) -> "WindowStats":
+    def of(rows: np.ndarray) -> WindowStats:
         """Summarise an ``(n_turns, n_features)`` array.
 
         >>> w = WindowStats.of(np.array([[1.0, 0.0], [3.0, 1.0]]))
@@ -57,6 +58,17 @@ class WindowStats:
         mean = rows.mean(axis=0)
         m2 = ((rows - mean) ** 2).sum(axis=0)
         return WindowStats(n, tuple(float(x) for x in mean), tuple(float(x) for x in m2))
+
+    def restrict(self, idx: list[int]) -> WindowStats:
+        """The same window over the features at ``idx`` only.
+
+        >>> WindowStats(3, (1.0, 2.0, 3.0), (0.1, 0.2, 0.3)).restrict([2, 0])
+        WindowStats(n=3, mean=(3.0, 1.0), m2=(0.3, 0.1))
+        """
+        if idx == list(range(len(self.mean))):
+            return self
+        return WindowStats(self.n, tuple(self.mean[i] for i in idx),
+                           tuple(self.m2[i] for i in idx))
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,9 +158,9 @@ def _binary_test(current: np.ndarray, baseline: list[tuple[WindowStats, float]],
                  ) -> tuple[float, float]:
     """Fisher's exact test of a rate against the baseline's; returns (delta, p)."""
     k = current.shape[0]
-    c = int(round(float(current[:, j].sum())))
+    c = round(float(current[:, j].sum()))
     n = int(sum(s.n for s, _ in baseline))
-    b = int(round(sum(s.mean[j] * s.n for s, _ in baseline)))
+    b = round(sum(s.mean[j] * s.n for s, _ in baseline))
     return c / k - b / max(n, 1), fisher_exact_p(c, k, b, n)
 
 
@@ -237,7 +249,7 @@ def score_attunement_drift(
                           severity(p_adj, config))
 
 
-def semantic_drift(referenced: dict[str, str]) -> float | None:
+def semantic_drift(referenced: Mapping[str, str]) -> float | None:
     """Share of referenced baseline commitments whose latest stance contradicts or retracts.
 
     ``None`` when the session referenced none of them.
@@ -308,6 +320,16 @@ def composite(
 
 
 __all__ = [
-    "FEATURES", "AttunementTest", "Composite", "FeatureTest", "WindowStats", "composite",
-    "look_share", "safety_drift", "semantic_drift", "severity", "score_attunement_drift", "transform",
+    "FEATURES",
+    "AttunementTest",
+    "Composite",
+    "FeatureTest",
+    "WindowStats",
+    "composite",
+    "look_share",
+    "safety_drift",
+    "score_attunement_drift",
+    "semantic_drift",
+    "severity",
+    "transform",
 ]

@@ -11,13 +11,24 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from drift.model import (
-    BaselineKind, BaselineReconfirmed, FhrEvent, MemoryErase, MemoryWrite, MemoryWriteBlocked,
-    Mode, ModeChanged, ModelTriple, NoticeShown, Semantic, SessionEnd, SessionStart, Turn,
+    BaselineKind,
+    Body,
+    FhrEvent,
+    MemoryWrite,
+    MemoryWriteBlocked,
+    Mode,
+    ModelTriple,
+    NoticeShown,
+    Semantic,
+    SessionEnd,
+    SessionStart,
+    Turn,
+    event_type_of,
 )
 
 MODEL_A = ModelTriple("companion-7b-2026.10", "tok-v5", "bf16")
@@ -50,7 +61,6 @@ class SimParams:
     contradicted_share: float = 0.5
     commitments: int = 4
     mode: Mode = Mode.FULL
-    gap_s: float = 86400.0
     turn_gap_s: float = 20.0
     low_sessions: int = 3
     low_streaks: int = 1
@@ -79,19 +89,12 @@ class UserProcess:
     friction: float
 
     @staticmethod
-    def draw(rng: np.random.Generator) -> "UserProcess":
+    def draw(rng: np.random.Generator) -> UserProcess:
         mean = np.array([rng.uniform(0.45, 0.65), rng.uniform(0.4, 0.6), rng.uniform(-0.1, 0.4),
                          0.0, rng.uniform(3.0, 4.5), rng.uniform(6.3, 7.2)])
         sd = np.array([rng.uniform(0.05, 0.09), rng.uniform(0.05, 0.09), rng.uniform(0.08, 0.15),
                        0.0, rng.uniform(0.3, 0.5), rng.uniform(0.2, 0.35)])
         return UserProcess(mean, sd, float(rng.uniform(0.05, 0.2)))
-
-
-@dataclass
-class _Clock:
-    ts: float
-    counter: int = 0
-    events: list[FhrEvent] = field(default_factory=list)
 
 
 def _turn(rng: np.random.Generator, proc: UserProcess, k: int, offset: np.ndarray,
@@ -130,21 +133,11 @@ class _Writer:
         self.turn_gap_s = turn_gap_s
         self.events: list[FhrEvent] = []
 
-    def emit(self, session_id: str, body: object, ephemeral: bool = False) -> None:
+    def emit(self, session_id: str, body: Body, ephemeral: bool = False) -> None:
         self.n += 1
-        event_type = _EVENT_TYPES[type(body)]
-        self.events.append(FhrEvent(f"{self.user_id}-e{self.n}", event_type, self.ts,
-                                    self.user_id, session_id, ephemeral, body))  # type: ignore[arg-type]
+        self.events.append(FhrEvent(f"{self.user_id}-e{self.n}", event_type_of(body), self.ts,
+                                    self.user_id, session_id, ephemeral, body))
         self.ts += self.turn_gap_s
-
-
-_EVENT_TYPES: dict[type, str] = {
-    SessionStart: "session_start", Turn: "turn", Semantic: "semantic",
-    MemoryWrite: "memory_write", MemoryWriteBlocked: "memory_write_blocked",
-    MemoryErase: "memory_erase", ModeChanged: "continuity_mode_changed",
-    NoticeShown: "model_change_notice_shown", BaselineReconfirmed: "baseline_reconfirmed",
-    SessionEnd: "session_end",
-}
 
 
 def _session(
@@ -219,7 +212,7 @@ def simulate_user(
         shift = np.zeros(6)
         shift[4] = -p.shift_sd * sd[4]
         shift[5] = p.shift_sd * sd[5]
-    n_contra = int(round(p.contradicted_share * len(commitments)))
+    n_contra = round(p.contradicted_share * len(commitments))
     for j in range(p.test_sessions):
         sid = f"{user_id}-s{n_base + j}"
         if scenario is Scenario.STABLE:

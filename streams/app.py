@@ -18,11 +18,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from baselines.store import BaselineStore
 from drift.baseline import derive_id
-from drift.outputs import baseline_ref
 from streams import topics
 from streams.engine import Engine, PendingBatch, Record
 from streams.metrics import Metrics, build_metrics
+from streams.present import describe_baseline
 from streams.settings import Settings
+from streams.wire import payload
 
 log = logging.getLogger("continuity_drift.worker")
 
@@ -214,9 +215,9 @@ class Worker:
                     return self.json(NOT_FOUND, status=404)
                 return self.json({
                     "user_id": summary.user_id, "session_id": summary.session_id,
-                    "mode": summary.mode, "started_at": summary.started_at,
-                    "ended_at": summary.ended_at, "turns": summary.turns,
-                    "max_effective_tier": summary.max_tier, "scores": summary.scores,
+                    "mode": summary.mode.value, "started_at": summary.started_s,
+                    "ended_at": summary.ended_s, "turns": summary.turns,
+                    "max_effective_tier": summary.max_tier.label, "scores": summary.scores,
                     "model_change": summary.model_change,
                     "reattune_quality_score": summary.reattune_quality})
 
@@ -234,7 +235,7 @@ class Worker:
                                      status=400)
                 _, receipt = await worker._run(
                     lambda: worker.engine.erase_user(user_id, request_id))
-                return self.json(receipt, status=200)
+                return self.json(payload(receipt), status=200)
 
     def authorize(self, request: Request) -> tuple[dict[str, str], int] | None:
         """None when the bearer token matches; else the refusal body and status."""
@@ -251,29 +252,3 @@ class Worker:
 
     def close(self) -> None:
         self.store.close()
-
-
-def describe_baseline(b: Any, values: bool = True) -> dict[str, Any]:
-    meta = b.meta
-    out: dict[str, Any] = {
-        "kind": meta.kind.value, **(baseline_ref(meta) or {}),
-        "created_at": meta.created_at_s, "source_session": meta.source_session,
-        "model": {"model_version": meta.model.model_version,
-                  "tokenizer_id": meta.model.tokenizer_id,
-                  "precision_tag": meta.model.precision_tag,
-                  "adapter_id": meta.model.adapter_id},
-        "drift_policy_id": meta.drift_policy_id, "mode": meta.mode.value,
-        "expires_at": meta.expires_at_s,
-    }
-    if values:
-        if meta.kind.value == "attunement":
-            out["features"] = list(b.features)
-            out["sessions"] = len(b.sessions)
-        elif meta.kind.value == "semantic":
-            out["items"] = [{"commitment_id": c, "kind": k} for c, k in b.items]
-        else:
-            out["fields"] = {"gate_config_id": b.gate_config_id,
-                             "drift_policy_id": b.drift_policy_id,
-                             "consent_state_id": b.consent_state_id}
-    return out
-

@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import logging
 import os
-import signal
-import subprocess
 import sys
-import time
+import urllib.error
 import urllib.request
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from drift.model import Mode
-from drift.simulation import Scenario, SimParams, TruthRow, simulate
+import faust
+from prometheus_client.parser import text_string_to_metric_families
+
+from baselines.store import BaselineStore, StoreUnavailable
+from drift.simulation import Scenario
 from streams import topics
+from streams.app import Worker
 from streams.broker import BrokerStartError, EmbeddedBroker
+from streams.demo import cmd_demo
+from streams.present import describe_baseline
 from streams.settings import Settings, SettingsError, load_settings
+from streams.simulate import cmd_simulate
 
 EXAMPLES = """\
 examples:
@@ -164,9 +167,6 @@ def _worker_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
 
-# --------------------------------------------------------------------------- run
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     config = args.config or (Path(os.environ["CONTINUITY_CONFIG"])
                              if os.environ.get("CONTINUITY_CONFIG") else None)
@@ -196,10 +196,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_worker(settings: Settings, bootstrap: str) -> int:
-    import faust
-
-    from streams.app import Worker
-
     worker = Worker(settings, bootstrap)
     print(f"worker on {bootstrap}; data in {settings.data_dir}; "
           f"metrics at http://{settings.web_host}:{settings.web_port}/metrics", file=sys.stderr)
@@ -215,204 +211,6 @@ def _run_worker(settings: Settings, bootstrap: str) -> int:
     finally:
         worker.close()
     return code
-
-
-# --------------------------------------------------------------------------- simulate
-
-
-def _producer(bootstrap: str) -> Any:
-    from kafka import KafkaProducer
-    return KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all",
-                         client_id="continuity-drift-simulator")
-
-
-def merged_events(seed: int, scenarios: list[Scenario], users: int, start: float,
-                  params: SimParams, truth: list[TruthRow]) -> Iterator[Any]:
-    """Every simulated user's events merged by event time, as traffic would interleave."""
-    streams = []
-    for events, rows in simulate(seed, scenarios, users, start, params):
-        truth.extend(rows)
-        streams.append(events)
-    return heapq.merge(*streams, key=lambda e: e.ts_s)
-
-
-def produce(bootstrap: str, events: Iterator[Any], rate: float, progress: bool = True) -> int:
-    from streams.codec import encode_event
-
-    producer = _producer(bootstrap)
-    sent = 0
-    started = time.monotonic()
-    last = started
-    try:
-        for event in events:
-            producer.send(topics.INPUT, key=event.user_id.encode(), value=encode_event(event))
-            sent += 1
-            if rate > 0:
-                ahead = sent / rate - (time.monotonic() - started)
-                if ahead > 0.005:
-                    time.sleep(ahead)
-            now = time.monotonic()
-            if progress and now - last >= 1.0:
-                last = now
-                print(f"\rsent {sent} events ({sent / (now - started):.0f}/s)", end="",
-                      file=sys.stderr, flush=True)
-        producer.flush()
-    finally:
-        producer.close()
-    if progress:
-        print(f"\rsent {sent} events in {time.monotonic() - started:.1f}s", file=sys.stderr)
-    return sent
-
-
-def cmd_simulate(args: argparse.Namespace) -> int:
-    scenarios = [Scenario(s) for s in (args.scenario or [s.value for s in Scenario])]
-    params = SimParams(turns=args.turns, shift_sd=args.shift_sd, mode=Mode(args.mode),
-                       turn_gap_s=args.turn_gap)
-    start = args.start if args.start is not None else time.time() - 10 * 86400
-    truth: list[TruthRow] = []
-    events = merged_events(args.seed, scenarios, args.users, start, params, truth)
-    sent = produce(args.broker, events, args.rate)
-    if args.truth:
-        with open(args.truth, "w") as fh:
-            fh.writelines(json.dumps(row.__dict__) + "\n" for row in truth)
-        print(f"ground truth for {len(truth)} sessions in {args.truth}", file=sys.stderr)
-    print(f"reproduce: continuity-drift simulate --broker {args.broker} "
-          + " ".join(f"--scenario {s.value}" for s in scenarios)
-          + f" --users {args.users} --seed {args.seed} --start {start}", file=sys.stderr)
-    return 0 if sent else 1
-
-
-# --------------------------------------------------------------------------- demo
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from kafka import KafkaConsumer
-
-    data_dir = args.data_dir or Path("demo-data") / time.strftime("%Y%m%d-%H%M%S")
-    with EmbeddedBroker(log_path=None) as broker:
-        print(f"embedded broker (in memory) at {broker.bootstrap}")
-        topics.create_topics(broker.bootstrap, 4)
-        env = dict(os.environ, CONTINUITY_REVIEW_TOKEN=os.environ.get(
-            "CONTINUITY_REVIEW_TOKEN", "demo-token"))
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "run", "--broker", broker.bootstrap,
-             "--data-dir", str(data_dir), "--web-port", str(args.web_port)], env=env)
-        consumer = KafkaConsumer(
-            topics.SCORES, topics.RESPONSES, topics.ESCALATIONS, topics.VIOLATIONS,
-            topics.RECEIPTS, topics.DEADLETTER, bootstrap_servers=broker.bootstrap,
-            auto_offset_reset="earliest", group_id=None, consumer_timeout_ms=200)
-        stop = {"now": False}
-
-        def _stop(*_: Any) -> None:
-            stop["now"] = True
-
-        signal.signal(signal.SIGINT, _stop)
-        signal.signal(signal.SIGTERM, _stop)
-        truth: list[TruthRow] = []
-        events = list(merged_events(args.seed, list(Scenario), args.users,
-                                    time.time() - 10 * 86400, SimParams(), truth))
-        print(f"metrics:  http://127.0.0.1:{args.web_port}/metrics")
-        print(f"review:   curl -H 'Authorization: Bearer {env['CONTINUITY_REVIEW_TOKEN']}' "
-              f"http://127.0.0.1:{args.web_port}/v1/users/{events[0].user_id}/baselines")
-        print(f"data:     {data_dir}")
-        print(f"sending {len(events)} events from {len(Scenario)} scenarios x {args.users} users "
-              f"at {args.rate:.0f}/s; Ctrl-C stops")
-        import threading
-        events.extend(_demo_erasures(events))
-        sender = threading.Thread(target=_demo_send, args=(broker.bootstrap, events, args.rate),
-                                  daemon=True)
-        sender.start()
-        tally: dict[str, Counter[str]] = {t: Counter() for t in (
-            "scores", "tiers", "responses", "violations", "escalations", "receipts",
-            "deadletters")}
-        started = time.monotonic()
-        last_print = 0.0
-        try:
-            while not stop["now"]:
-                if worker.poll() is not None:
-                    print("worker exited; stopping", file=sys.stderr)
-                    return 1
-                for msg in consumer:
-                    _tally(tally, msg.topic, json.loads(msg.value))
-                now = time.monotonic()
-                if now - last_print >= 2.0:
-                    last_print = now
-                    print(_summary(tally, now - started), flush=True)
-                if args.duration and now - started >= args.duration:
-                    break
-        finally:
-            consumer.close()
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-        print(_summary(tally, time.monotonic() - started))
-    return 0
-
-
-def _demo_erasures(events: list[Any]) -> list[Any]:
-    """One relational erasure per governance user, after their traffic."""
-    from drift.model import FhrEvent, MemoryErase
-
-    last: dict[str, Any] = {}
-    for e in events:
-        if e.user_id.startswith(Scenario.GOVERNANCE.value):
-            last[e.user_id] = e
-    return [FhrEvent(f"{e.event_id}-erase", "memory_erase", e.ts_s + 60.0, e.user_id,
-                     e.session_id, False,
-                     MemoryErase("relational", "all", "user_request", f"demo-erase-{e.user_id}"))
-            for e in last.values()]
-
-
-def _demo_send(bootstrap: str, events: list[Any], rate: float) -> None:
-    """The simulated traffic, then records a producer gets wrong, to show dead letters."""
-    produce(bootstrap, iter(events), rate, False)
-    producer = _producer(bootstrap)
-    try:
-        producer.send(topics.INPUT, key=b"demo-user", value=b"{not json")
-        producer.send(topics.INPUT, key=b"demo-user", value=json.dumps(
-            {"schema": "fhr/1", "event_id": "demo-bad-1", "event_type": "turn",
-             "ts": "2026-11-30T10:00:00+00:00", "user_id": "demo-user",
-             "session_id": "demo-s", "turn": 0}).encode())
-        producer.send(topics.INPUT, key=b"someone-else", value=json.dumps(
-            {"schema": "fhr/1", "event_id": "demo-bad-2", "event_type": "session_end",
-             "ts": "2026-11-30T10:00:00+00:00", "user_id": "demo-user",
-             "session_id": "demo-s", "turns": 1, "reason": "closed"}).encode())
-        producer.flush()
-    finally:
-        producer.close()
-
-
-def _tally(tally: dict[str, Counter[str]], topic: str, p: dict[str, Any]) -> None:
-    if topic == topics.SCORES:
-        kind = p.get("score_kind", "")
-        tally["scores"][kind] += 1
-        if kind == "continuity_drift":
-            tally["tiers"][p["tier"]] += 1
-    elif topic == topics.RESPONSES:
-        tally["responses"][p["action"]] += 1
-    elif topic == topics.VIOLATIONS:
-        tally["violations"][p["rule"]] += 1
-    elif topic == topics.ESCALATIONS:
-        tally["escalations"][p["kind"]] += 1
-    elif topic == topics.RECEIPTS:
-        tally["receipts"][p["outcome"]] += 1
-    elif topic == topics.DEADLETTER:
-        tally["deadletters"][p["reason"]] += 1
-
-
-def _summary(tally: dict[str, Counter[str]], elapsed: float) -> str:
-    def fmt(c: Counter[str]) -> str:
-        return ", ".join(f"{k}={v}" for k, v in sorted(c.items())) or "-"
-    return (f"[{elapsed:5.0f}s] scores: {fmt(tally['scores'])} | tiers: {fmt(tally['tiers'])}\n"
-            f"        responses: {fmt(tally['responses'])}\n"
-            f"        violations: {fmt(tally['violations'])} | escalations: "
-            f"{fmt(tally['escalations'])} | receipts: {fmt(tally['receipts'])} | "
-            f"dead letters: {fmt(tally['deadletters'])}")
-
-
-# --------------------------------------------------------------------------- reads
 
 
 def _api_get(base: str, path: str, token: str | None) -> Any:
@@ -439,8 +237,6 @@ def cmd_baselines(args: argparse.Namespace) -> int:
                                                      else "")
         print(json.dumps(_api_get(args.api, path, args.token), indent=2))
         return 0
-    from baselines.store import BaselineStore, StoreUnavailable
-
     db = args.data_dir / "continuity.duckdb"
     if not db.exists():
         print(f"no database at {db}; pass --data-dir of a worker", file=sys.stderr)
@@ -457,12 +253,10 @@ def cmd_baselines(args: argparse.Namespace) -> int:
                 kinds = " ".join(f"{k}=v{v}" for k, v in entry["versions"].items())
                 print(f"{entry['user_id']}\t{kinds}")
         elif args.action == "show":
-            from streams.app import describe_baseline
             current = store.user_baselines(args.user)
             print(json.dumps([describe_baseline(b) for b in (current.attunement, current.semantic,
                                                      current.safety) if b is not None], indent=2))
         else:
-            from streams.app import describe_baseline
             versions, tombstones = store.history(args.user)
             print(json.dumps({"versions": [describe_baseline(b, values=False) for b in versions],
                               "tombstones": tombstones}, indent=2))
@@ -472,8 +266,6 @@ def cmd_baselines(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from baselines.store import BaselineStore, StoreUnavailable
-
     db = args.data_dir / "continuity.duckdb"
     out: dict[str, Any] = {}
     if db.exists():
@@ -501,8 +293,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _governance_counters(text: str) -> dict[str, float]:
-    from prometheus_client.parser import text_string_to_metric_families
-
     keep = ("continuity_scores", "continuity_responses", "continuity_governance_violations",
             "continuity_escalations", "continuity_erasures", "continuity_rejections",
             "continuity_reattune_outcomes", "continuity_active_holds")

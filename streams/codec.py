@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from drift import model as m
+from streams.wire import iso, model_dict
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
@@ -27,8 +28,16 @@ ModeName = Literal["stateless", "session_only", "continuity_light", "continuity_
 MemoryClass = Literal["operational", "relational", "explicit", "ephemeral"]
 Category = Literal["style", "boundaries", "friction_history", "topic", "emotional_trajectory",
                    "resonance", "attunement_profile", "trust_trajectory"]
+BlockReason = Literal["ae_active", "care_override", "crisis", "high_resonance_no_reflection",
+                      "legal_hold"]
 
 MAX_TEXT = 500
+
+#: Every reason code a rejection can carry (the dead-letter ``reason``).
+REJECTION_REASONS = (
+    "invalid_json", "unknown_schema", "unknown_event_type", "unknown_field", "missing_field",
+    "wrong_type", "out_of_range", "invalid_value", "invalid_timestamp", "raw_content_rejected",
+    "key_mismatch")
 
 
 class _Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="event_type",
@@ -103,8 +112,7 @@ class MemoryWriteEvent(_Base, frozen=True, tag="memory_write"):
 class MemoryWriteBlockedEvent(_Base, frozen=True, tag="memory_write_blocked"):
     turn: TurnNo
     memory_class: MemoryClass
-    reason: Literal["ae_active", "care_override", "crisis", "high_resonance_no_reflection",
-                    "legal_hold"]
+    reason: BlockReason
 
 
 class MemoryEraseEvent(_Base, frozen=True, tag="memory_erase"):
@@ -306,11 +314,8 @@ def _classify(value: bytes, message: str) -> m.FhrEvent | Rejection:
 
 
 def _wire_model(mt: m.ModelTriple) -> dict[str, Any]:
-    out: dict[str, Any] = {"model_version": mt.model_version, "tokenizer_id": mt.tokenizer_id,
-                           "precision_tag": mt.precision_tag}
-    if mt.adapter_id is not None:
-        out["adapter_id"] = mt.adapter_id
-    return out
+    """The input format leaves an absent adapter out rather than null."""
+    return {k: v for k, v in model_dict(mt).items() if v is not None}
 
 
 def event_to_dict(e: m.FhrEvent, ts: str) -> dict[str, Any]:
@@ -363,7 +368,6 @@ def encode_event(e: m.FhrEvent) -> bytes:
     >>> decode_event(b"u", raw).body
     SessionEnd(turns=0, reason='closed')
     """
-    from drift.outputs import iso
     return _encoder.encode(event_to_dict(e, iso(e.ts_s).replace("Z", "+00:00")))
 
 

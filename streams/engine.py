@@ -1,46 +1,64 @@
-"""The processing engine: records in, state in DuckDB, messages out.
+"""The processing engine: records in, the fold stepped, messages and store writes out.
 
-It knows nothing of faust: the Kafka shell (``streams.app``) hands it batches of
-records and publishes what it returns. One batch is one DuckDB transaction that
-holds the users' new state, their new baseline versions, any erasure, and the
-next offset of every partition in the batch. The transaction stays open while
-the batch's messages are published and commits only after the broker has
-acknowledged them, so:
+It knows nothing of Kafka clients: the shell (``streams.app``) hands it batches
+of records and publishes what it returns. For each record the engine decodes,
+steps the user's fold, stages what the step asks for and observes metrics from
+the typed results; every decision is the core's.
+
+A processed batch is a :class:`PendingBatch`: its messages, and one
+:class:`~baselines.store.BatchWrite` with the users' new state, new baseline
+versions, session summaries and the next offset of every partition in it. The
+shell publishes the messages, waits for the broker's acks, then commits the
+write in one transaction, so:
 
 * a crash before the commit replays the batch (outputs carry derived ids, so a
   re-published message is a duplicate consumers drop);
 * a crash after the commit skips the batch's records (their offsets are below
   the stored next offset), whatever offset the consumer group had committed.
+
+An erasure is carried out on the store while the batch is processed, in its
+own transaction (with the user's baseline versions staged earlier in the batch
+written first, so they are tombstoned and verified like older ones); the shell
+then rewrites the database file before the next batch.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-from baselines.store import BaselineStore, BatchWrite, ErasureResult, SessionSummary
+from baselines.store import BaselineStore, BatchWrite
 from drift.baseline import UserBaselines, derive_id
-from drift.model import (
-    BaselineKind,
-    DriftConfig,
-    FhrEvent,
-    MemoryWrite,
-    MemoryWriteBlocked,
-    Mode,
-    NoticeShown,
+from drift.erasure import operator_erase, receipt
+from drift.fold import Step, initial, step, summarize, sweep
+from drift.model import DriftConfig, FhrEvent, MemoryWrite, MemoryWriteBlocked, Mode, NoticeShown
+from drift.outputs import (
+    Action,
+    DriftScore,
+    ErasureCommand,
+    ErasureReceipt,
+    ErasureResult,
+    Escalation,
+    Output,
+    ReattuneDetail,
+    Reattunement,
+    ReattuneOutcome,
+    ReattuneQualityScore,
+    Response,
+    SessionSummary,
+    Violation,
 )
-from drift.outputs import ErasureCommand, Output, OutputKind, envelope
-from drift.processor import SessionState, UserState, close_idle, expired_kinds, step
+from drift.state import UserState
 from streams import topics
-from streams.codec import Rejection, decode_event, encode_json
+from streams.codec import Rejection, decode_event
 from streams.metrics import Metrics
+from streams.wire import DeadLetter, encode
 
 log = logging.getLogger("continuity_drift.engine")
 
-_TIER_RANK = {"low": 0, "medium": 1, "high": 2}
+NO_BASELINES = UserBaselines()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,18 +80,6 @@ class OutMessage:
 
 
 @dataclass
-class _SessionStat:
-    partition: int
-    mode: str = "unknown"
-    started_s: float = 0.0
-    turns: int = 0
-    model_change: bool = False
-    scores: int = 0
-    max_tier: str = "low"
-    reattune_quality: float | None = None
-
-
-@dataclass
 class PendingBatch:
     """A batch that has been processed but not yet committed."""
 
@@ -87,7 +93,7 @@ class Engine:
     """Per-partition user state in memory, backed by a :class:`BaselineStore`."""
 
     def __init__(self, store: BaselineStore, config: DriftConfig, metrics: Metrics,
-                 clock: Any = time.time) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.config = config
         self.metrics = metrics
@@ -98,7 +104,6 @@ class Engine:
         self.baselines: dict[str, UserBaselines] = {}
         self.user_partition: dict[str, int] = {}
         self.watermarks: dict[int, tuple[float, float]] = {}
-        self._sessions: dict[str, dict[str, _SessionStat]] = {}
 
     # ------------------------------------------------------------------ partitions
 
@@ -144,59 +149,60 @@ class Engine:
         self.metrics.batch_size.observe(len(records))
         now = self.clock()
         for record in records:
-            expected = self.next_offsets.get(record.partition, 0)
-            if record.offset < expected:
+            if record.offset < self.next_offsets.get(record.partition, 0):
                 continue
             self.next_offsets[record.partition] = record.offset + 1
             batch.write.offsets[record.partition] = record.offset + 1
-            produced = self._process_record(record, batch, touched, now)
-            if produced:
+            decoded = decode_event(record.key, record.value)
+            if isinstance(decoded, Rejection):
+                self._dead_letter(record, decoded, batch)
+                batch.source_timestamps.append(record.timestamp_s)
+                continue
+            if self._process_event(decoded, record.partition, batch, touched, now):
                 batch.source_timestamps.append(record.timestamp_s)
         self._stage_states(batch, touched)
         return batch
 
-    def _process_record(self, record: Record, batch: PendingBatch, touched: dict[str, int],
-                        now: float) -> bool:
-        decoded = decode_event(record.key, record.value)
-        if isinstance(decoded, Rejection):
-            self._dead_letter(record, decoded, batch)
-            return True
-        event = decoded
+    def _process_event(self, event: FhrEvent, partition: int, batch: PendingBatch,
+                       touched: dict[str, int], now: float) -> bool:
         self._count_event(event)
         self.metrics.event_time_lag.observe(max(0.0, now - event.ts_s))
         user_id = event.user_id
-        self.user_partition[user_id] = record.partition
-        state = self.states.get(user_id)
-        if state is None:
-            state = UserState(user_id)
-            self.states[user_id] = state
-        self._advance_watermark(record.partition, event.ts_s, now)
-        before = state.session
-        effects, after = step(state, event, self.baselines.get(user_id, UserBaselines()),
-                              self.config)
-        if effects.duplicate:
+        self.user_partition[user_id] = partition
+        self._advance_watermark(partition, event.ts_s, now)
+        result = step(self.states.get(user_id) or initial(user_id),
+                      self.baselines.get(user_id, NO_BASELINES), event, self.config)
+        if result.effects.duplicate:
+            self.states.setdefault(user_id, result.state)
             return False
-        self.baselines[user_id] = after
-        touched[user_id] = record.partition
-        self._track_session(state, before, record.partition)
-        self._apply(effects.outputs, effects.baseline_writes, effects.erasures, batch,
-                    record.partition, state)
-        return bool(effects.outputs)
+        self._apply(result, partition, batch)
+        touched[user_id] = partition
+        return bool(result.effects.outputs)
 
-    def _apply(self, outputs: list[Output], writes: list[Any], erasures: list[ErasureCommand],
-               batch: PendingBatch, partition: int, state: UserState) -> None:
-        for command in erasures:
-            self._flush_pending(batch, command.user_id)
-            result = self._erase(command, partition)
-            batch.erased = True
-            self._publish(batch, self._receipt(command, result))
-        if state.persistable:
-            batch.write.baselines.extend((partition, b) for b in writes)
-            for b in writes:
-                self.metrics.baseline_versions.labels(kind=b.meta.kind.value).inc()
-        for out in outputs:
-            self._observe_output(out, state, partition, batch)
+    def _apply(self, result: Step, partition: int, batch: PendingBatch) -> None:
+        """Keep a step's state and carry out its effects: store writes, then messages."""
+        state = result.state
+        self.states[state.user_id] = state
+        self.baselines[state.user_id] = result.baselines
+        effects = result.effects
+        for write in effects.writes:
+            if isinstance(write, ErasureCommand):
+                self._erase(write, partition, batch)
+            elif state.persistable:
+                batch.write.baselines.append((partition, write))
+                self.metrics.baseline_versions.labels(kind=write.meta.kind.value).inc()
+        for out in effects.outputs:
+            self._observe(out)
             self._publish(batch, out)
+        if state.persistable:
+            batch.write.sessions.extend((partition, s) for s in effects.sessions)
+
+    def _erase(self, command: ErasureCommand, partition: int, batch: PendingBatch) -> None:
+        self._flush_pending(batch, command.user_id)
+        result = self.store.erase(command, partition)
+        batch.erased = True
+        self._count_erasure(result)
+        self._publish(batch, receipt(command, result))
 
     def _flush_pending(self, batch: PendingBatch, user_id: str) -> None:
         """Write a user's baseline versions from earlier in this batch before erasing them.
@@ -211,46 +217,29 @@ class Engine:
                                      if b.meta.user_id != user_id]
             self.store.commit_batch(BatchWrite(topic=topics.INPUT, baselines=mine))
 
-    def _erase(self, command: ErasureCommand, partition: int) -> ErasureResult:
-        everything = set(command.kinds) == set(BaselineKind)
-        result = self.store.erase(command, partition, drop_user_rows=everything)
-        for target in result.targets:
-            self.metrics.erasures.labels(outcome=target.outcome).inc()
-        if not result.targets:
-            self.metrics.erasures.labels(outcome=result.outcome).inc()
-        return result
-
-    def _receipt(self, command: ErasureCommand, result: ErasureResult) -> Output:
-        out_id = derive_id("receipt", command.request_id)
-        payload = envelope(out_id, command.user_id, command.session_id, command.ts_s)
-        payload.update(
-            request_id=command.request_id, reason=command.reason,
-            cause_event_id=command.cause_event_id, outcome=result.outcome,
-            targets=[{"kind": t.kind, "baseline_id": t.baseline_id, "versions": t.versions,
-                      "outcome": t.outcome} for t in result.targets],
-            replacement=({"kind": "attunement", "features": list(command.replacement.features)}
-                         if command.replacement is not None else None),
-            checks=["baseline_versions re-read: none left", "database file rewritten"],
-        )
-        return Output(OutputKind.RECEIPT, command.user_id, payload)
-
     def _publish(self, batch: PendingBatch, out: Output) -> None:
         topic = topics.OUTPUT_TOPICS[out.kind]
-        batch.messages.append(OutMessage(topic, out.key.encode("utf-8"), encode_json(out.payload)))
+        self.metrics.outputs.labels(topic=topic).inc()
+        batch.messages.append(OutMessage(topic, out.user_id.encode("utf-8"), encode(out)))
 
     def _dead_letter(self, record: Record, rejection: Rejection, batch: PendingBatch) -> None:
         self.metrics.rejections.labels(reason=rejection.reason).inc()
-        out_id = derive_id("deadletter", topics.INPUT, str(record.partition), str(record.offset))
-        payload: dict[str, Any] = {
-            "schema": "drift/1", "id": out_id, "reason": rejection.reason,
-            "source": {"topic": topics.INPUT, "partition": record.partition,
-                       "offset": record.offset},
-            "event_id": rejection.event_id, "fields": list(rejection.fields),
-        }
-        batch.messages.append(OutMessage(topics.DEADLETTER, record.key or b"",
-                                         encode_json(payload)))
+        letter = DeadLetter(
+            derive_id("deadletter", topics.INPUT, str(record.partition), str(record.offset)),
+            rejection.reason, topics.INPUT, record.partition, record.offset,
+            rejection.event_id, rejection.fields)
+        batch.messages.append(OutMessage(topics.DEADLETTER, record.key or b"", encode(letter)))
 
-    # ------------------------------------------------------------------ bookkeeping
+    def _stage_states(self, batch: PendingBatch, touched: dict[str, int]) -> None:
+        for user_id, partition in touched.items():
+            state = self.states[user_id]
+            if state.persistable:
+                batch.write.states[user_id] = (partition, state)
+            else:
+                batch.write.dropped_states.add(user_id)
+        self._refresh_gauges()
+
+    # ------------------------------------------------------------------ metrics
 
     def _count_event(self, event: FhrEvent) -> None:
         m = self.metrics
@@ -263,97 +252,61 @@ class Engine:
         elif isinstance(body, NoticeShown):
             m.model_change_notices_shown.inc()
 
-    def _observe_output(self, out: Output, state: UserState, partition: int,
-                        batch: PendingBatch) -> None:
+    def _count_erasure(self, result: ErasureResult) -> None:
+        for target in result.targets:
+            self.metrics.erasures.labels(outcome=target.outcome.value).inc()
+        if not result.targets:
+            self.metrics.erasures.labels(outcome=result.outcome.value).inc()
+
+    def _observe(self, out: Output) -> None:
         m = self.metrics
-        p = out.payload
-        m.outputs.labels(topic=topics.OUTPUT_TOPICS[out.kind]).inc()
-        session_id = p.get("session_id")
-        stat = None
-        if session_id is not None and state.persistable:
-            stat = self._sessions.setdefault(state.user_id, {}).setdefault(
-                session_id, _SessionStat(partition))
-        if out.kind is OutputKind.SCORE:
-            if p.get("score_kind") == "continuity_drift":
-                m.scores.labels(tier=p["tier"]).inc()
-                m.drift_score.observe(p["continuity_drift_score"])
-                for name, value in p["components"].items():
+        match out:
+            case DriftScore():
+                m.scores.labels(tier=out.tier.label).inc()
+                m.drift_score.observe(out.score)
+                for component, value in out.components.items():
                     if value is not None:
-                        m.drift_component.labels(component=name).observe(value)
-                if stat is not None:
-                    stat.scores += 1
-                    if _TIER_RANK[p["effective_tier"]] > _TIER_RANK[stat.max_tier]:
-                        stat.max_tier = p["effective_tier"]
-            else:
-                self._observe_reattune(p, stat)
-        elif out.kind is OutputKind.RESPONSE:
-            action = p["action"]
-            m.responses.labels(action=action).inc()
-            if action == "model_change_notice":
-                m.model_changes_detected.inc()
-            if action in ("reattune_completed", "reattune_failed"):
-                m.reattune_outcomes.labels(outcome=action.removeprefix("reattune_")).inc()
-                self._observe_reattune(p, stat)
-        elif out.kind is OutputKind.ESCALATION:
-            m.escalations.labels(kind=p["kind"]).inc()
-        elif out.kind is OutputKind.VIOLATION:
-            m.violations.labels(rule=p["rule"]).inc()
+                        m.drift_component.labels(component=component.value).observe(value)
+            case ReattuneQualityScore():
+                self._observe_reattunement(out.reattunement)
+            case Response():
+                m.responses.labels(action=out.action.value).inc()
+                if out.action is Action.MODEL_CHANGE_NOTICE:
+                    m.model_changes_detected.inc()
+                if isinstance(out.detail, ReattuneDetail):
+                    outcome = (ReattuneOutcome.COMPLETED if out.action is Action.REATTUNE_COMPLETED
+                               else ReattuneOutcome.FAILED)
+                    m.reattune_outcomes.labels(outcome=outcome.value).inc()
+                    self._observe_reattunement(out.detail.reattunement)
+            case Escalation():
+                m.escalations.labels(kind=out.escalation.value).inc()
+            case Violation():
+                m.violations.labels(rule=out.rule.value).inc()
+            case ErasureReceipt():
+                pass
 
-    def _observe_reattune(self, p: dict[str, Any], stat: _SessionStat | None) -> None:
-        quality = p["reattune_quality_score"]
-        self.metrics.reattune_quality.observe(quality)
-        if p["reattune_turns_to_baseline"] is not None:
-            self.metrics.reattune_turns_to_baseline.observe(p["reattune_turns_to_baseline"])
+    def _observe_reattunement(self, r: Reattunement) -> None:
+        m = self.metrics
+        m.reattune_quality.observe(r.score.quality)
+        if r.score.turns_to_baseline is not None:
+            m.reattune_turns_to_baseline.observe(r.score.turns_to_baseline)
         else:
-            self.metrics.reattune_outcomes.labels(outcome="never_reached_baseline").inc()
-        if stat is not None:
-            stat.reattune_quality = quality
+            m.reattune_outcomes.labels(
+                outcome=ReattuneOutcome.NEVER_REACHED_BASELINE.value).inc()
 
-    def _stage_states(self, batch: PendingBatch, touched: dict[str, int]) -> None:
-        for user_id, partition in touched.items():
-            state = self.states[user_id]
-            if state.persistable:
-                batch.write.states[user_id] = (partition, state)
-            else:
-                batch.write.dropped_states.add(user_id)
-            session = state.session
-            self._track_session(state, session, partition)
-            mine = self._sessions.get(user_id, {})
-            for sid, stat in list(mine.items()):
-                if session is not None and session.session_id == sid:
-                    continue
-                if state.persistable:
-                    batch.write.sessions.append(self._summary(user_id, sid, stat,
-                                                              state.clock_s))
-                del mine[sid]
-            if not mine:
-                self._sessions.pop(user_id, None)
-        self._refresh_gauges()
+    def _refresh_gauges(self) -> None:
+        counts = dict.fromkeys(Mode, 0)
+        holds = 0
+        for state in self.states.values():
+            if state.session is not None:
+                counts[state.session.mode] += 1
+            if state.ladder.hold:
+                holds += 1
+        for mode, n in counts.items():
+            self.metrics.active_sessions.labels(mode=mode.value).set(n)
+        self.metrics.active_holds.set(holds)
 
-    @staticmethod
-    def _summary(user_id: str, session_id: str, stat: _SessionStat, ended_s: float | None
-                 ) -> SessionSummary:
-        return SessionSummary(user_id, session_id, stat.partition, stat.mode, stat.started_s,
-                              ended_s, stat.turns, stat.max_tier, stat.scores,
-                              stat.model_change, stat.reattune_quality)
-
-    def open_session(self, user_id: str, session_id: str) -> SessionSummary | None:
-        """The review API's view of a session that is still open (it is stored when it ends)."""
-        state = self.states.get(user_id)
-        stat = self._sessions.get(user_id, {}).get(session_id)
-        if state is None or stat is None or not state.persistable:
-            return None
-        return self._summary(user_id, session_id, stat, None)
-
-    def _track_session(self, state: UserState, session: SessionState | None, partition: int
-                       ) -> None:
-        """Keep what the review API shows of a session, while it is open and as it ends."""
-        if session is None or session.ephemeral or not session.mode.keeps_baselines:
-            return
-        stat = self._sessions.setdefault(state.user_id, {}).setdefault(
-            session.session_id, _SessionStat(partition))
-        stat.mode, stat.started_s = session.mode.value, session.started_s
-        stat.turns, stat.model_change = session.n_turns, session.model_change
+    # ------------------------------------------------------------------ event time
 
     def _advance_watermark(self, partition: int, ts_s: float, now: float) -> None:
         mark, _ = self.watermarks.get(partition, (0.0, now))
@@ -370,70 +323,54 @@ class Engine:
         mark, seen_at = self.watermarks.get(partition, (0.0, now))
         return mark + max(0.0, now - seen_at)
 
-    def _refresh_gauges(self) -> None:
-        counts = {mode.value: 0 for mode in Mode}
-        holds = 0
-        for state in self.states.values():
-            if state.session is not None:
-                counts[state.session.mode.value] += 1
-            if state.ladder.hold:
-                holds += 1
-        for mode, n in counts.items():
-            self.metrics.active_sessions.labels(mode=mode).set(n)
-        self.metrics.active_holds.set(holds)
-
     # ------------------------------------------------------------------ timers
 
     def tick(self) -> PendingBatch:
-        """Close idle sessions and expire unused baselines, by each partition's event time."""
+        """Expire unused baselines and close idle sessions, by each partition's event time."""
         batch = PendingBatch(BatchWrite(topic=topics.INPUT))
         touched: dict[str, int] = {}
         for user_id, state in list(self.states.items()):
             partition = self.user_partition.get(user_id)
             if partition is None or partition not in self.partitions:
                 continue
-            now_s = self.event_now(partition)
-            base = self.baselines.get(user_id, UserBaselines())
-            expired = expired_kinds(state, base, now_s, self.config)
-            if expired:
-                request_id = derive_id("ttl_expired", user_id, *(k.value for k in expired),
-                                       *(m.baseline_id for m in base.metas()))
-                command = ErasureCommand(user_id, state.session.session_id if state.session
-                                         else "", expired, "ttl_expired", request_id,
-                                         request_id, now_s)
-                self._apply([], [], [command], batch, partition, state)
-                base = base.without(frozenset(expired))
-                self.baselines[user_id] = base
-                touched[user_id] = partition
-            if state.session is not None:
-                before = state.session
-                effects, after = close_idle(state, base, now_s, self.config)
-                self._track_session(state, before, partition)
-                if effects.outputs or effects.baseline_writes or state.session is None:
-                    self.baselines[user_id] = after
-                    touched[user_id] = partition
-                    self._apply(effects.outputs, effects.baseline_writes, effects.erasures,
-                                batch, partition, state)
+            result = sweep(state, self.baselines.get(user_id, NO_BASELINES),
+                           self.event_now(partition), self.config)
+            if result.effects.empty and result.state is state:
+                continue
+            self._apply(result, partition, batch)
+            touched[user_id] = partition
         self._stage_states(batch, touched)
         return batch
 
     # ------------------------------------------------------------------ review API
 
-    def erase_user(self, user_id: str, request_id: str) -> tuple[PendingBatch, dict[str, Any]]:
+    def erase_user(self, user_id: str, request_id: str) -> tuple[PendingBatch, ErasureReceipt]:
         """An operator's erase request for every baseline kind; returns the batch and receipt."""
         batch = PendingBatch(BatchWrite(topic=topics.INPUT))
         partition = self.user_partition.get(user_id, -1)
-        state = self.states.get(user_id)
-        now_s = state.clock_s if state is not None else 0.0
-        command = ErasureCommand(user_id, "", tuple(BaselineKind), "operator", request_id,
-                                 f"api:{request_id}", now_s)
-        result = self._erase(command, partition)
+        known = user_id in self.states
+        state, baselines, command = operator_erase(
+            self.states.get(user_id) or initial(user_id),
+            self.baselines.get(user_id, NO_BASELINES), request_id, self.config)
+        self._flush_pending(batch, user_id)
+        result = self.store.erase(command, partition)
         batch.erased = True
-        if state is not None and state.session is not None:
-            state.session.foldable = False
-        self.baselines[user_id] = UserBaselines()
-        receipt = self._receipt(command, result)
-        self._publish(batch, receipt)
-        if state is not None and state.persistable and partition >= 0:
-            batch.write.states[user_id] = (partition, state)
-        return batch, receipt.payload
+        self._count_erasure(result)
+        done = receipt(command, result)
+        self._publish(batch, done)
+        if known:
+            self.baselines[user_id] = baselines
+            self.states[user_id] = state
+            if state.persistable and partition >= 0:
+                batch.write.states[user_id] = (partition, state)
+        return batch, done
+
+    def open_session(self, user_id: str, session_id: str) -> SessionSummary | None:
+        """The review API's view of a session that is still open (it is stored when it ends)."""
+        state = self.states.get(user_id)
+        if state is None or not state.persistable:
+            return None
+        session = state.open_session(session_id)
+        if session is None or not session.summarized:
+            return None
+        return summarize(user_id, session, None)

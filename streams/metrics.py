@@ -7,9 +7,24 @@ or the partition number of a topic whose partition count is fixed.
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from drift.model import EVENT_TYPES, BaselineKind, Mode, Tier
+from drift.outputs import (
+    Action,
+    Component,
+    ErasureOutcome,
+    EscalationKind,
+    ReattuneOutcome,
+    Rule,
+)
+from streams.codec import REJECTION_REASONS, BlockReason, MemoryClass
+from streams.topics import OUTPUT_TOPICS
 
 SCORE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -18,37 +33,27 @@ BATCH_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2000)
 TURN_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 
 
-#: Closed label sets, created at zero at start-up so that rates and increases
-#: see the first event of each value.
+def _values(members: Iterable[enum.Enum]) -> tuple[str, ...]:
+    return tuple(str(m.value) for m in members)
+
+
+#: Closed label sets, derived from the enums and literals their values come from,
+#: created at zero at start-up so that rates and increases see the first event of each.
 LABEL_VALUES: dict[str, dict[str, tuple[str, ...]]] = {
-    "events": {"event_type": (
-        "session_start", "turn", "semantic", "memory_write", "memory_write_blocked",
-        "memory_erase", "continuity_mode_changed", "model_change_notice_shown",
-        "baseline_reconfirmed", "session_end")},
-    "rejections": {"reason": (
-        "invalid_json", "unknown_schema", "unknown_event_type", "unknown_field",
-        "missing_field", "wrong_type", "out_of_range", "invalid_value", "invalid_timestamp",
-        "raw_content_rejected", "key_mismatch")},
-    "scores": {"tier": ("low", "medium", "high")},
-    "drift_component": {"component": ("attunement_drift", "semantic_drift", "safety_drift")},
-    "responses": {"action": (
-        "continuity_check_prompted", "continuity_rebaseline_required", "hold_released",
-        "model_change_notice", "posture_downgrade", "reattune_completed", "reattune_failed")},
-    "reattune_outcomes": {"outcome": ("completed", "failed", "never_reached_baseline")},
-    "escalations": {"kind": ("sustained_low_reattune",)},
-    "memory_writes": {"memory_class": ("operational", "relational", "explicit", "ephemeral")},
-    "memory_writes_blocked": {"reason": (
-        "ae_active", "care_override", "crisis", "high_resonance_no_reflection", "legal_hold")},
-    "violations": {"rule": (
-        "relational_write_mode_forbidden", "relational_write_in_blocked_state",
-        "relational_write_unconfirmed", "model_change_undisclosed")},
-    "erasures": {"outcome": ("requested", "in_progress", "partial", "failed", "verified")},
-    "active_sessions": {"mode": (
-        "stateless", "session_only", "continuity_light", "continuity_full")},
-    "baseline_versions": {"kind": ("attunement", "semantic", "safety")},
-    "outputs": {"topic": (
-        "drift.scores", "drift.responses", "continuity.escalations", "governance.violations",
-        "continuity.erasure_receipts")},
+    "events": {"event_type": tuple(EVENT_TYPES.values())},
+    "rejections": {"reason": REJECTION_REASONS},
+    "scores": {"tier": tuple(t.label for t in Tier)},
+    "drift_component": {"component": _values(Component)},
+    "responses": {"action": _values(Action)},
+    "reattune_outcomes": {"outcome": _values(ReattuneOutcome)},
+    "escalations": {"kind": _values(EscalationKind)},
+    "memory_writes": {"memory_class": get_args(MemoryClass)},
+    "memory_writes_blocked": {"reason": get_args(BlockReason)},
+    "violations": {"rule": _values(Rule)},
+    "erasures": {"outcome": _values(ErasureOutcome)},
+    "active_sessions": {"mode": _values(Mode)},
+    "baseline_versions": {"kind": _values(BaselineKind)},
+    "outputs": {"topic": tuple(OUTPUT_TOPICS.values())},
 }
 
 

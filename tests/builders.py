@@ -17,16 +17,9 @@ from drift.model import (
     SessionEnd,
     SessionStart,
     Turn,
+    event_type_of,
 )
 from drift.simulation import MODEL_A
-
-EVENT_TYPES = {
-    "SessionStart": "session_start", "Turn": "turn", "Semantic": "semantic",
-    "MemoryWrite": "memory_write", "MemoryWriteBlocked": "memory_write_blocked",
-    "MemoryErase": "memory_erase", "ModeChanged": "continuity_mode_changed",
-    "NoticeShown": "model_change_notice_shown", "BaselineReconfirmed": "baseline_reconfirmed",
-    "SessionEnd": "session_end",
-}
 
 
 @dataclass
@@ -44,7 +37,7 @@ class UserScript:
 
     def emit(self, session_id: str, body: Body, ephemeral: bool = False) -> FhrEvent:
         self.n += 1
-        e = FhrEvent(f"{self.user_id}-e{self.n}", EVENT_TYPES[type(body).__name__], self.ts,
+        e = FhrEvent(f"{self.user_id}-e{self.n}", event_type_of(body), self.ts,
                      self.user_id, session_id, ephemeral, body)
         self.events.append(e)
         self.ts += 10.0

@@ -84,11 +84,11 @@ def test_erasure_tombstones_verifies_is_idempotent_and_compaction_drops_the_byte
     store = BaselineStore(path)
     command = ErasureCommand("victim-7", "s", tuple(BaselineKind), "user_request", "req-1",
                              "e-1", 1.8e9)
-    first = store.erase(command, 1, drop_user_rows=True)
+    first = store.erase(command, 1)
     assert first.outcome == "verified" and not first.replayed
     assert [t.kind for t in first.targets] == ["attunement", "safety", "semantic"]
     assert all(t.outcome == "verified" and t.versions == 1 for t in first.targets)
-    again = store.erase(command, 1, drop_user_rows=True)
+    again = store.erase(command, 1)
     assert again.replayed and again.targets == first.targets
     assert store.user_baselines("victim-7") == UserBaselines()
     assert store.count_user_rows("victim-7") == {"baseline_versions": 0, "user_state": 0,

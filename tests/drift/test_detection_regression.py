@@ -17,6 +17,7 @@ from typing import Any
 from drift.model import DriftConfig, Mode
 from drift.replay import MemoryReplay
 from drift.simulation import Scenario, SimParams, simulate
+from streams.wire import payload
 
 RANK = {"low": 0, "medium": 1, "high": 2}
 START_TS = 1.7e9
@@ -53,7 +54,7 @@ def sessions(seed: int, scenario: Scenario, users: int, params: SimParams = DEFA
         replay = MemoryReplay(config)
         payloads: list[dict[str, Any]] = []
         for event in events:
-            payloads.extend(o.payload for o in replay.feed(event))
+            payloads.extend(payload(o) for o in replay.feed(event))
         test_id = next(t.session_id for t in truth if t.phase == "test")
         mine = [p for p in payloads if p.get("session_id") == test_id]
         earlier = [p for p in payloads if p.get("session_id") != test_id]

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from drift import ladder
 from drift.model import BaselineKind, Tier
+from drift.outputs import Action
 
 
 @dataclass(frozen=True)
@@ -64,11 +65,11 @@ def test_no_sequence_lowers_the_tier_or_lifts_a_hold_without_a_covering_reconfir
             assert result.effective_tier >= floor, "the effective tier went down in a session"
             assert result.effective_tier == state.session_tier
             floor = result.effective_tier
-            assert (ladder.REBASELINE_REQUIRED in result.actions) == (
+            assert (Action.REBASELINE_REQUIRED in result.actions) == (
                 not before.hold and state.hold), "HOLD issued other than once, on entering it"
             if result.effective_tier is Tier.HIGH:
                 assert state.hold, "an effective tier of high is a HOLD"
-            prompted_in_session += result.actions.count(ladder.CHECK_PROMPTED)
+            prompted_in_session += result.actions.count(Action.CHECK_PROMPTED)
             assert prompted_in_session <= 1, "continuity check prompted twice on one ladder"
             if before.hold:
                 assert state.hold and before.hold_kinds <= state.hold_kinds
@@ -104,7 +105,7 @@ def test_a_hold_survives_any_number_of_sessions_until_reconfirmed(
         for s in scores:
             result = ladder.step(state, s.tier, s.kinds, "x")
             assert result.effective_tier is Tier.HIGH
-            assert ladder.REBASELINE_REQUIRED not in result.actions
+            assert Action.REBASELINE_REQUIRED not in result.actions
             state = result.state
     assert state.hold and state.hold_cause == "cause"
     state, lifted = ladder.reconfirm(state, frozenset(BaselineKind) - state.hold_kinds)

@@ -12,7 +12,11 @@ from hypothesis.extra import numpy as hnp
 
 from drift.model import DriftConfig
 from drift.reattune import (
-    ReattuneScore, score_reattunement, standardized_gap, tolerance, turns_to_baseline,
+    ReattuneScore,
+    score_reattunement,
+    standardized_gap,
+    tolerance,
+    turns_to_baseline,
 )
 
 CFG = DriftConfig()

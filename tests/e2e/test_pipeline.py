@@ -104,7 +104,7 @@ def test_outputs_match_a_pure_replay_and_duplicates_change_nothing(broker, start
     expected = replay(events, DriftConfig())
     broker.send_events(events)
     broker.send_events(events[::7])
-    want = {kind: {o.payload["id"] for o in expected if o.kind.value == kind}
+    want = {kind: {o.id for o in expected if o.kind.value == kind}
             for kind in ("score", "response", "violation")}
     topic_of = {"score": topics.SCORES, "response": topics.RESPONSES,
                 "violation": topics.VIOLATIONS}
@@ -125,7 +125,7 @@ def test_sigkill_mid_stream_loses_nothing_and_counts_nothing_twice(broker, start
                                Scenario.SAFETY_MISMATCH], 25, 1.7e9, SimParams()):
         events.extend(evs)
     events.sort(key=lambda e: e.ts_s)
-    expected = {o.payload["id"] for o in replay(events, DriftConfig())
+    expected = {o.id for o in replay(events, DriftConfig())
                 if o.kind.value == "score"}
     worker = start_worker("victim")
     cut = len(events) * 2 // 3

@@ -8,6 +8,7 @@ The messages are what the worker would publish, byte for byte.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,14 +88,19 @@ def _governance_users() -> list[FhrEvent]:
     return out
 
 
-def golden_events() -> list[FhrEvent]:
-    """Every event of the golden log, merged by event time (stable order)."""
+@functools.cache
+def _golden_events() -> tuple[FhrEvent, ...]:
     events: list[FhrEvent] = []
     for evs, _ in simulate(20261201, list(Scenario), 3, START_S):
         events.extend(evs)
     events.extend(_governance_users())
     events.sort(key=lambda e: e.ts_s)
-    return events
+    return tuple(events)
+
+
+def golden_events() -> list[FhrEvent]:
+    """Every event of the golden log, merged by event time (stable order)."""
+    return list(_golden_events())
 
 
 def golden_records() -> list[tuple[bytes | None, bytes | None]]:

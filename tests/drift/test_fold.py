@@ -16,14 +16,27 @@ import numpy as np
 import pytest
 
 from drift.baseline import UserBaselines
+from drift.fold import initial, step
 from drift.model import (
-    BaselineKind, DriftConfig, FhrEvent, MemoryErase, MemoryWrite, MemoryWriteBlocked, Mode,
-    ModelTriple, NoticeShown, Semantic, SessionEnd, SessionStart, Turn,
+    BaselineKind,
+    DriftConfig,
+    FhrEvent,
+    MemoryErase,
+    MemoryWrite,
+    MemoryWriteBlocked,
+    Mode,
+    ModelTriple,
+    NoticeShown,
+    SessionEnd,
+    SessionStart,
+    Turn,
+    event_type_of,
 )
 from drift.outputs import Output, OutputKind
-from drift.processor import UserState, step
 from drift.replay import MemoryReplay, replay
 from drift.simulation import Scenario, simulate
+from drift.state import UserState
+from streams.wire import payload
 
 MODEL_A = ModelTriple("companion-2026.10", "tok-5", "bf16")
 MODEL_B = ModelTriple("companion-2026.11", "tok-6", "fp8")
@@ -33,11 +46,6 @@ CONSENT = "consent-1"
 OFFERS = ["reset_session_only", "continue_conservative"]
 CFG = DriftConfig()
 
-_EVENT_TYPES: dict[type, str] = {
-    SessionStart: "session_start", Turn: "turn", Semantic: "semantic",
-    MemoryWrite: "memory_write", MemoryWriteBlocked: "memory_write_blocked",
-    MemoryErase: "memory_erase", NoticeShown: "model_change_notice_shown", SessionEnd: "session_end",
-}
 
 #: One cycle of turn dynamics: (trust, resonance, valence, friction, tokens, latency_ms).
 CYCLE = ((0.55, 0.45, 0.1, False, 40, 800.0),
@@ -75,7 +83,7 @@ class Log:
     events: list[FhrEvent] = field(default_factory=list)
 
     def add(self, session_id: str, body: Any, ephemeral: bool = False) -> FhrEvent:
-        event = FhrEvent(f"{self.user_id}-e{len(self.events) + 1}", _EVENT_TYPES[type(body)],
+        event = FhrEvent(f"{self.user_id}-e{len(self.events) + 1}", event_type_of(body),
                          self.ts_s, self.user_id, session_id, ephemeral, body)
         self.events.append(event)
         self.ts_s += 20.0
@@ -117,8 +125,8 @@ class Run:
         return [o for outs in self.by_event.values() for o in outs]
 
     def of(self, kind: OutputKind, session_id: str | None = None) -> list[dict[str, Any]]:
-        return [o.payload for o in self.outputs if o.kind is kind
-                and (session_id is None or o.payload.get("session_id") == session_id)]
+        return [payload(o) for o in self.outputs if o.kind is kind
+                and (session_id is None or o.session_id == session_id)]
 
     def actions(self, session_id: str) -> list[str]:
         return [p["action"] for p in self.of(OutputKind.RESPONSE, session_id)]
@@ -130,7 +138,7 @@ class Run:
         return self.of(OutputKind.ESCALATION)
 
     def payloads(self, session_id: str) -> list[dict[str, Any]]:
-        return [o.payload for o in self.outputs if o.payload.get("session_id") == session_id]
+        return [payload(o) for o in self.outputs if o.session_id == session_id]
 
     def reattune(self, session_id: str) -> dict[str, Any]:
         """The one payload of the session that carries a re-attunement score."""
@@ -162,15 +170,16 @@ def test_a_changed_model_gives_notice_downgrade_and_requires_reattunement() -> N
     start = log.start("s1", model=MODEL_B)
     result = run(log.events)
     responses = [p for p in result.by_event[start.event_id] if p.kind is OutputKind.RESPONSE]
-    assert [p.payload["action"] for p in responses] == ["model_change_notice", "posture_downgrade"]
-    for out in responses:
-        assert out.payload["reattune_required"] is True
-        assert out.payload["cause_event_id"] == start.event_id
-        assert out.payload["previous_model"]["model_version"] == MODEL_A.model_version
-        assert out.payload["model"]["model_version"] == MODEL_B.model_version
+    assert [payload(p)["action"] for p in responses] == ["model_change_notice",
+                                                          "posture_downgrade"]
+    for out in map(payload, responses):
+        assert out["reattune_required"] is True
+        assert out["cause_event_id"] == start.event_id
+        assert out["previous_model"]["model_version"] == MODEL_A.model_version
+        assert out["model"]["model_version"] == MODEL_B.model_version
     session = result.state().session
     assert result.state().reattune_required is True
-    assert session is not None and session.model_change
+    assert session is not None and session.model_change.detected
 
 
 @pytest.mark.parametrize("changed", [
@@ -595,7 +604,7 @@ def test_duplicated_events_change_nothing() -> None:
     doubled: list[Output] = []
     for event in log.events:
         doubled.extend(runner.feed(event))
-        assert runner.feed(event) == []
+        assert runner.feed(event) == ()
     assert doubled == clean.outputs
     assert runner.baselines == clean.runner.baselines
 
@@ -605,16 +614,19 @@ def test_a_duplicate_id_with_another_body_is_ignored() -> None:
     log.baseline(1)
     log.start("s1")
     first = log.add("s1", turn(1))
-    state = UserState("u1")
+    state = initial("u1")
     baselines = UserBaselines()
     for event in log.events:
-        _, baselines = step(state, event, baselines, CFG)
+        done = step(state, baselines, event, CFG)
+        state, baselines = done.state, done.baselines
     assert state.session is not None
-    turns_before = state.session.n_turns
+    turns_before = state.session.turns.n_turns
     copy = replace(first, body=turn(2, crisis=True), ts_s=first.ts_s + 5.0)
-    effects, after = step(state, copy, baselines, CFG)
-    assert effects.duplicate and effects.outputs == [] and after is baselines
-    assert state.session.n_turns == turns_before and state.session.blocking == ()
+    again = step(state, baselines, copy, CFG)
+    effects, after = again.effects, again.baselines
+    assert effects.duplicate and effects.outputs == () and after is baselines
+    assert again.state is state
+    assert state.session.turns.n_turns == turns_before and state.session.guard.blocking == ()
 
 
 def test_replaying_the_same_events_gives_identical_outputs() -> None:
@@ -622,7 +634,7 @@ def test_replaying_the_same_events_gives_identical_outputs() -> None:
     first = run(log.events).outputs
     second = run(log.events).outputs
     assert first == second
-    ids = [o.payload["id"] for o in first]
+    ids = [o.id for o in first]
     assert len(ids) == len(set(ids))
     kinds = {o.kind for o in first}
     assert {OutputKind.SCORE, OutputKind.RESPONSE, OutputKind.ESCALATION,
@@ -636,13 +648,13 @@ def test_simulated_model_change_streams_replay_identically_with_unique_ids() -> 
     events = [e for user, _ in simulate(7, scenarios, 3, 1.7e9) for e in user]
     first = replay(events, CFG)
     assert replay(events, CFG) == first
-    ids = [o.payload["id"] for o in first]
+    ids = [o.id for o in first]
     assert len(ids) == len(set(ids))
 
 
 def test_every_output_is_keyed_by_its_user() -> None:
     for out in run(_mixed_log().events).outputs:
-        assert out.key == out.payload["user_id"] == "u1"
+        assert out.user_id == payload(out)["user_id"] == "u1"
 
 
 def test_one_continuity_session_writes_every_kind_of_baseline_with_the_model() -> None:

@@ -1,0 +1,167 @@
+"""Scoring at a checkpoint: the three components, the composite, and the response ladder.
+
+:func:`checkpoint` is called at the early-session checkpoint and every later one;
+:func:`rate` turns the components of any score (also the safety check at
+``session_start``) into a :class:`~drift.outputs.DriftScore` and the tighten-only
+responses it climbs to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from drift import ladder
+from drift.baseline import Baseline, UserBaselines, derive_id
+from drift.model import FEATURES, MODE_FEATURES, BaselineKind, DriftConfig, Mode
+from drift.outputs import (
+    Attribution,
+    BaselineRef,
+    Components,
+    DriftScore,
+    LadderDetail,
+    Output,
+    Response,
+)
+from drift.scoring import (
+    AttunementTest,
+    composite,
+    safety_drift,
+    score_attunement_drift,
+    semantic_drift,
+)
+from drift.state import SessionState, UserState
+
+
+@dataclass(frozen=True, slots=True)
+class StepContext:
+    """The cause of what a step does: the event (or timer) id, its session and event time."""
+
+    event_id: str
+    session_id: str
+    ts_s: float
+    config: DriftConfig
+
+
+def features_for(mode: Mode, available: tuple[str, ...]) -> tuple[str, ...]:
+    """The baseline's features that ``mode`` may use, in the baseline's order.
+
+    >>> features_for(Mode.LIGHT, ("trust", "friction", "latency_ms"))
+    ('friction', 'latency_ms')
+    """
+    allowed = MODE_FEATURES.get(mode, ())
+    return tuple(f for f in available if f in allowed)
+
+
+def attunement_test(session: SessionState, baselines: UserBaselines, config: DriftConfig
+                    ) -> AttunementTest | None:
+    """The attunement statistic of the turns since the last look, or None without a baseline."""
+    base = baselines.attunement
+    rows_now = session.turns.current_rows
+    if base is None or not rows_now:
+        return None
+    feats = features_for(session.mode, base.features)
+    if not feats:
+        return None
+    looks = session.turns.looks
+    w = min(looks, config.windows - 1)
+    base_idx = [base.features.index(f) for f in feats]
+    windows = [(s.restrict(base_idx), wt) for s, wt in base.window(w, config.recency_decay)]
+    if sum(s.n for s, _ in windows) < config.min_baseline_turns:
+        return None
+    m2_all, df = base.pooled()
+    if df < 2:
+        return None
+    cols = [FEATURES.index(f) for f in feats]
+    rows = np.asarray(rows_now)[:, cols]
+    pooled = (tuple(m2_all[i] for i in base_idx), df)
+    return score_attunement_drift(rows, feats, windows, pooled, looks + 1, w, config)
+
+
+def checkpoint(state: UserState, baselines: UserBaselines, ctx: StepContext, tag: str
+               ) -> tuple[UserState, tuple[Output, ...]]:
+    """Score the open session now (a full checkpoint) and walk the response ladder."""
+    session = state.session
+    assert session is not None
+    att = attunement_test(session, baselines, ctx.config)
+    sem = semantic_drift(session.referenced) if baselines.semantic is not None else None
+    saf = (safety_drift(baselines.safety.fields(), session.safety)
+           if baselines.safety is not None else None)
+    state = replace(state, session=replace(session, turns=session.turns.looked()))
+    return rate(state, baselines, ctx, tag, att, sem, saf)
+
+
+def rate(state: UserState, baselines: UserBaselines, ctx: StepContext, tag: str,
+         att: AttunementTest | None, sem: float | None, saf: float | None,
+         ) -> tuple[UserState, tuple[Output, ...]]:
+    """The score of these components, and the responses the ladder climbs to."""
+    session = state.session
+    assert session is not None
+    config = ctx.config
+    att_drift = att.drift if att else None
+    comp = composite(att_drift, sem, saf, config)
+    if comp is None:
+        return state, ()
+    kinds = hold_kinds(att_drift, sem, saf, config)
+    score_id = derive_id("score", state.user_id, session.session_id, tag, ctx.event_id)
+    climbed = ladder.step(state.ladder, comp.tier, kinds, score_id)
+    effective = climbed.effective_tier
+    score = DriftScore(
+        id=score_id, user_id=state.user_id, session_id=session.session_id, ts_s=ctx.ts_s,
+        turn=session.turns.n_turns, checkpoint=tag, mode=session.mode,
+        baselines=(_ref(baselines.attunement), _ref(baselines.semantic), _ref(baselines.safety)),
+        components=Components(att_drift, sem, saf), score=comp.score, tier=comp.tier,
+        effective_tier=effective,
+        attribution=_attribution(comp.driver, att, sem, saf, baselines, config),
+        weights=(config.weight_attunement, config.weight_semantic, config.weight_safety),
+        thresholds=(config.threshold_medium, config.threshold_high),
+        drift_policy_id=config.drift_policy_id, source_event_id=ctx.event_id,
+    )
+    held = tuple(sorted(climbed.state.hold_kinds, key=lambda k: k.value)) \
+        if climbed.state.hold else ()
+    detail = LadderDetail(score_id, comp.score, comp.tier, effective, held)
+    responses = tuple(
+        Response(derive_id("response", action.value, state.user_id, session.session_id,
+                           ctx.event_id),
+                 state.user_id, session.session_id, ctx.ts_s, action, ctx.event_id, detail)
+        for action in climbed.actions)
+    session = replace(session, scores=session.scores + 1,
+                      max_tier=max(session.max_tier, effective))
+    return replace(state, ladder=climbed.state, session=session), (score, *responses)
+
+
+def _ref(b: Baseline | None) -> BaselineRef | None:
+    return BaselineRef.of(b.meta) if b is not None else None
+
+
+def hold_kinds(att: float | None, sem: float | None, saf: float | None,
+               config: DriftConfig) -> frozenset[BaselineKind]:
+    """The kinds a HOLD raised by this score must be re-confirmed for.
+
+    Every component at medium or above (any safety mismatch); when the tier came
+    from components that each stayed below medium, every component that added to it.
+
+    >>> sorted(k.value for k in hold_kinds(0.45, 0.4, 0.0, DriftConfig()))
+    ['attunement', 'semantic']
+    >>> sorted(k.value for k in hold_kinds(0.9, 0.1, 0.0, DriftConfig()))
+    ['attunement']
+    """
+    values = {BaselineKind.ATTUNEMENT: att, BaselineKind.SEMANTIC: sem,
+              BaselineKind.SAFETY: saf}
+    strong = {k for k, v in values.items() if v is not None
+              and (v >= config.threshold_medium or (k is BaselineKind.SAFETY and v > 0))}
+    if strong:
+        return frozenset(strong)
+    return frozenset(k for k, v in values.items() if v)
+
+
+def _attribution(driver: str, att: AttunementTest | None, sem: float | None,
+                 saf: float | None, baselines: UserBaselines, config: DriftConfig
+                 ) -> Attribution:
+    if driver == "attunement" and att is not None:
+        return Attribution(BaselineKind.ATTUNEMENT, _ref(baselines.attunement), test=att,
+                           alpha_medium=config.alpha_medium, alpha_high=config.alpha_high)
+    if driver == "semantic":
+        return Attribution(BaselineKind.SEMANTIC, _ref(baselines.semantic), value=sem)
+    return Attribution(BaselineKind.SAFETY, _ref(baselines.safety), value=saf)

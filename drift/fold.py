@@ -1,0 +1,282 @@
+"""The per-user fold: one FHR event in, the user's next state and its effects out.
+
+:func:`step` is a short dispatcher over the event types; each concern lives in
+its own module (``checkpoint``, ``model_change``, ``governance``, ``erasure``,
+``rebaseline``). Nothing here touches I/O, a clock or a global random generator,
+and no argument is changed: replaying the same events over the same baselines
+and configuration gives the same states and effects.
+
+>>> from drift.model import ModelTriple, SessionStart
+>>> start = SessionStart(Mode.FULL, "consent-1", ModelTriple("m", "t", "bf16"), "g", "p")
+>>> e = FhrEvent("e1", "session_start", 1.7e9, "u1", "s1", False, start)
+>>> first = step(initial("u1"), UserBaselines(), e, DriftConfig())
+>>> first.state.session.session_id, first.state.durable, first.effects.outputs
+('s1', True, ())
+>>> step(first.state, first.baselines, e, DriftConfig()).effects.duplicate
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import assert_never
+
+from drift import ladder
+from drift.baseline import Baseline, UserBaselines, derive_id
+from drift.checkpoint import StepContext, checkpoint, rate
+from drift.erasure import downgrade, erase, erase_kinds_for, expire
+from drift.governance import audit_write, guard_after
+from drift.model import (
+    FEATURES,
+    BaselineReconfirmed,
+    DriftConfig,
+    FhrEvent,
+    MemoryErase,
+    MemoryWrite,
+    MemoryWriteBlocked,
+    Mode,
+    ModeChanged,
+    NoticeShown,
+    Semantic,
+    SessionEnd,
+    SessionStart,
+    Turn,
+)
+from drift.model_change import check_disclosure, detect, notice_shown, reattune
+from drift.outputs import NO_EFFECTS, Effects, ErasureCommand, Output, SessionSummary
+from drift.rebaseline import MAX_SEMANTIC_ITEMS, fold_session, reconfirm
+from drift.scoring import safety_drift, transform
+from drift.state import SessionState, TurnLog, UserState
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A user's state and current baselines after one step, and what the shell must do."""
+
+    state: UserState
+    baselines: UserBaselines
+    effects: Effects = NO_EFFECTS
+
+
+def initial(user_id: str) -> UserState:
+    """The state of a user the service has not seen."""
+    return UserState(user_id)
+
+
+def step(state: UserState, baselines: UserBaselines, event: FhrEvent, config: DriftConfig
+         ) -> Step:
+    """Apply one event to one user; returns the user's next state, baselines and effects.
+
+    Duplicated event ids are ignored. Event time never moves backwards: an older
+    ``ts`` is processed with the user's clock held where it was. Expiry and idle
+    closes that are due by the event's time happen first (:func:`sweep`).
+    """
+    if state.recent.seen(event.event_id):
+        return Step(state, baselines, Effects(duplicate=True))
+    ts = max(event.ts_s, state.clock_s)
+    state = replace(state, clock_s=ts,
+                    recent=state.recent.remember(event.event_id, config.recent_event_ids))
+    ctx = StepContext(event.event_id, event.session_id, ts, config)
+    swept = sweep(state, baselines, ts, config, ctx)
+    state = swept.state
+    session = state.open_session(event.session_id)
+    if session is not None:
+        state = replace(state, session=replace(
+            session, last_s=max(session.last_s, ts),
+            ephemeral=session.ephemeral or event.ephemeral))
+    handled = _dispatch(state, swept.baselines, event, ctx)
+    return Step(handled.state, handled.baselines, swept.effects + handled.effects)
+
+
+def _dispatch(state: UserState, baselines: UserBaselines, event: FhrEvent, ctx: StepContext
+              ) -> Step:
+    body = event.body
+    match body:
+        case SessionStart():
+            return _session_start(state, baselines, body, event.ephemeral, ctx)
+        case Turn():
+            return _turn(state, baselines, body, ctx)
+        case Semantic():
+            return _semantic(state, baselines, body, ctx)
+        case MemoryWrite():
+            return Step(state, baselines, Effects(audit_write(state, body, ctx)))
+        case MemoryWriteBlocked():
+            return Step(state, baselines)
+        case MemoryErase():
+            state, baselines, command = erase(state, baselines, erase_kinds_for(body),
+                                              body.reason, body.request_id, ctx)
+            return Step(state, baselines, Effects(writes=(command,)))
+        case ModeChanged():
+            return _mode_changed(state, baselines, body, ctx)
+        case NoticeShown():
+            if state.open_session(ctx.session_id) is None:
+                return Step(state, baselines)
+            return Step(notice_shown(state), baselines)
+        case BaselineReconfirmed():
+            state, baselines, writes, released = reconfirm(state, baselines,
+                                                           frozenset(body.kinds), ctx)
+            return Step(state, baselines, Effects(released, writes))
+        case SessionEnd():
+            if state.open_session(ctx.session_id) is None:
+                return Step(state, baselines)
+            return end_session(state, baselines, ctx, "session_end")
+        case _:
+            assert_never(body)
+
+
+def sweep(state: UserState, baselines: UserBaselines, now_s: float, config: DriftConfig,
+          cause: StepContext | None = None) -> Step:
+    """What is due by event time ``now_s``: TTL expiry, then an idle session's close.
+
+    Serves the event path (``cause`` is the event that noticed) and the timer
+    (``cause`` is None).
+    """
+    state, baselines, commands = expire(state, baselines, now_s, config, cause)
+    closed = close_idle(state, baselines, now_s, config)
+    return Step(closed.state, closed.baselines, Effects(writes=commands) + closed.effects)
+
+
+def close_idle(state: UserState, baselines: UserBaselines, now_s: float, config: DriftConfig
+               ) -> Step:
+    """Close the open session as ``idle_timeout`` if it has had no event for the idle timeout.
+
+    The close happens at event time ``last event + idle timeout``, so a replay closes
+    it identically whether a timer or a later event noticed first.
+
+    >>> from drift.model import ModelTriple, SessionStart
+    >>> start = SessionStart(Mode.FULL, "c", ModelTriple("m", "t", "bf16"), "g", "p")
+    >>> opened = step(initial("u"), UserBaselines(),
+    ...               FhrEvent("e1", "session_start", 0.0, "u", "s1", False, start),
+    ...               DriftConfig()).state
+    >>> close_idle(opened, UserBaselines(), 60.0, DriftConfig()).state.session is None
+    False
+    >>> closed = close_idle(opened, UserBaselines(), 3600.0, DriftConfig())
+    >>> closed.state.session, closed.effects.sessions[0].ended_s
+    (None, 1800.0)
+    """
+    session = state.session
+    if session is None or session.last_s + config.idle_timeout_s > now_s:
+        return Step(state, baselines)
+    at = session.last_s + config.idle_timeout_s
+    ctx = StepContext(derive_id("idle", state.user_id, session.session_id), session.session_id,
+                      at, config)
+    return end_session(state, baselines, ctx, "idle_timeout")
+
+
+def end_session(state: UserState, baselines: UserBaselines, ctx: StepContext, tag: str
+                ) -> Step:
+    """Close the open session: its last checkpoint and re-attunement, then the fold."""
+    session = state.session
+    assert session is not None
+    outputs: tuple[Output, ...] = ()
+    writes: tuple[Baseline, ...] = ()
+    if session.mode.keeps_baselines:
+        turns = session.turns
+        if turns.looks == 0 and (turns.n_turns > 0 or session.referenced):
+            state, outs = checkpoint(state, baselines, ctx, tag)
+            outputs += outs
+        assert state.session is not None
+        if not state.session.model_change.reattune_done and turns.n_turns > 0:
+            state, outs = reattune(state, baselines, ctx)
+            outputs += outs
+        state, outs = check_disclosure(state, ctx)
+        outputs += outs
+        state, baselines, writes = fold_session(state, baselines, ctx)
+    closed = state.session
+    assert closed is not None
+    sessions = (summarize(state.user_id, closed, ctx.ts_s),) if closed.summarized else ()
+    return Step(replace(state, session=None), baselines, Effects(outputs, writes, sessions))
+
+
+def summarize(user_id: str, session: SessionState, ended_s: float | None) -> SessionSummary:
+    """What the review API shows of a session (``ended_s`` None while it is open)."""
+    return SessionSummary(user_id, session.session_id, session.mode, session.started_s,
+                          ended_s, session.turns.n_turns, session.max_tier, session.scores,
+                          session.model_change.detected, session.reattune_quality)
+
+
+def _session_start(state: UserState, baselines: UserBaselines, body: SessionStart,
+                   ephemeral: bool, ctx: StepContext) -> Step:
+    effects = NO_EFFECTS
+    if state.session is not None:
+        if state.session.session_id == ctx.session_id:
+            return Step(state, baselines)
+        ended = end_session(state, baselines, ctx, "superseded")
+        state, baselines, effects = ended.state, ended.baselines, ended.effects
+    state, baselines, commands = downgrade(state, baselines, body.mode, ctx)
+    effects += Effects(writes=commands)
+    session = SessionState(ctx.session_id, body.mode, ctx.ts_s, ctx.ts_s, body.model,
+                           (body.gate_config_id, body.drift_policy_id, body.consent_state_id),
+                           ephemeral, TurnLog.start(ctx.config))
+    state = replace(state, mode=body.mode, ladder=ladder.new_session(state.ladder),
+                    session=session)
+    if not body.mode.keeps_baselines:
+        return Step(replace(state, durable=False), baselines, effects)
+    if not ephemeral:
+        state = replace(state, durable=True)
+    if baselines.metas():
+        state = replace(state, last_used_s=ctx.ts_s)
+    if baselines.safety is not None:
+        saf = safety_drift(baselines.safety.fields(), session.safety)
+        if saf > 0:
+            state, outs = rate(state, baselines, ctx, "session_start", None, None, saf)
+            effects += Effects(outs)
+    state, outs = detect(state, baselines, body.model, ctx)
+    return Step(state, baselines, effects + Effects(outs))
+
+
+def _turn(state: UserState, baselines: UserBaselines, body: Turn, ctx: StepContext) -> Step:
+    session = state.open_session(ctx.session_id)
+    if session is None:
+        return Step(state, baselines)
+    config = ctx.config
+    session = replace(session, guard=guard_after(session.guard, body, config))
+    if not session.mode.keeps_baselines:
+        return Step(replace(state, session=session), baselines)
+    row = tuple(transform(f, x) for f, x in zip(FEATURES, body.features()))
+    turns = session.turns.add(row, config)
+    state = replace(state, session=replace(session, turns=turns))
+    n = turns.n_turns
+    outputs: tuple[Output, ...] = ()
+    if n >= config.checkpoint_turn and (n - config.checkpoint_turn) % config.checkpoint_every == 0:
+        state, outputs = checkpoint(state, baselines, ctx, f"turn_{n}")
+    if n == config.reattune_checkpoint_turn:
+        state, disclosed = check_disclosure(state, ctx)
+        state, reattuned = reattune(state, baselines, ctx)
+        outputs += disclosed + reattuned
+    return Step(state, baselines, Effects(outputs))
+
+
+def _semantic(state: UserState, baselines: UserBaselines, body: Semantic, ctx: StepContext
+              ) -> Step:
+    session = state.open_session(ctx.session_id)
+    if session is None or not session.mode.keeps_baselines:
+        return Step(state, baselines)
+    cid = body.commitment_id
+    referenced = session.referenced
+    if baselines.semantic is not None and cid in baselines.semantic.ids():
+        referenced = {**referenced, cid: body.stance}
+    affirmed = session.affirmed
+    if body.stance == "affirm":
+        if cid in affirmed or len(affirmed) < MAX_SEMANTIC_ITEMS:
+            affirmed = {**affirmed, cid: body.kind}
+    elif cid in affirmed:
+        affirmed = {c: k for c, k in affirmed.items() if c != cid}
+    session = replace(session, referenced=referenced, affirmed=affirmed)
+    return Step(replace(state, session=session), baselines)
+
+
+def _mode_changed(state: UserState, baselines: UserBaselines, body: ModeChanged,
+                  ctx: StepContext) -> Step:
+    """A retroactive change applies now; any other takes effect at the next session start."""
+    if not body.retroactive:
+        return Step(state, baselines)
+    state, baselines, commands = downgrade(state, baselines, body.to_mode, ctx)
+    session = state.session
+    state = replace(state, mode=body.to_mode,
+                    session=replace(session, mode=body.to_mode) if session is not None else None)
+    return Step(state, baselines, Effects(writes=commands))
+
+
+__all__ = ["ErasureCommand", "Mode", "Step", "close_idle", "end_session", "initial", "step",
+           "summarize", "sweep"]

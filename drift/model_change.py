@@ -1,0 +1,147 @@
+"""The model-change protocol (SPEC section 5): detection, disclosure, re-attunement, escalation.
+
+At ``session_start`` a changed model triple opens the protocol (:func:`detect`);
+at the re-attunement checkpoint the disclosure is checked
+(:func:`check_disclosure`) and the session's re-attunement is scored
+(:func:`reattune`), which also drives the sustained-low escalation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from drift.baseline import UserBaselines, derive_id
+from drift.checkpoint import StepContext, features_for
+from drift.governance import violation
+from drift.model import FEATURES, ModelTriple
+from drift.outputs import (
+    Action,
+    BaselineRef,
+    Escalation,
+    EscalationKind,
+    ModelChangeDetail,
+    Offer,
+    Output,
+    Posture,
+    ReattuneDetail,
+    Reattunement,
+    ReattuneQualityScore,
+    Response,
+    Rule,
+)
+from drift.reattune import score_reattunement
+from drift.scoring import semantic_drift
+from drift.state import ModelChangeProgress, UserState
+
+OFFERS = (Offer.RESET_SESSION_ONLY, Offer.CONTINUE_CONSERVATIVE)
+ROUTE = "continuity_review"
+
+
+def _response(state: UserState, action: Action, ctx: StepContext,
+              detail: ModelChangeDetail | ReattuneDetail) -> Response:
+    assert state.session is not None
+    session_id = state.session.session_id
+    return Response(derive_id("response", action.value, state.user_id, session_id, ctx.event_id),
+                    state.user_id, session_id, ctx.ts_s, action, ctx.event_id, detail)
+
+
+def detect(state: UserState, baselines: UserBaselines, model: ModelTriple, ctx: StepContext
+           ) -> tuple[UserState, tuple[Output, ...]]:
+    """At session start: a model other than the baselines' opens the protocol."""
+    prior = baselines.model()
+    session = state.session
+    if prior is None or prior == model or session is None:
+        return state, ()
+    session = replace(session, model_change=ModelChangeProgress(detected=True))
+    state = replace(state, session=session, reattune_required=True)
+    detail = ModelChangeDetail(True, prior, model)
+    return state, tuple(_response(state, action, ctx, detail)
+                        for action in (Action.MODEL_CHANGE_NOTICE, Action.POSTURE_DOWNGRADE))
+
+
+def notice_shown(state: UserState) -> UserState:
+    session = state.session
+    assert session is not None
+    return replace(state, session=replace(
+        session, model_change=replace(session.model_change, notice_shown=True)))
+
+
+def check_disclosure(state: UserState, ctx: StepContext) -> tuple[UserState, tuple[Output, ...]]:
+    """Once per changed session: no notice shown by now is ``model_change_undisclosed``."""
+    session = state.session
+    assert session is not None
+    progress = session.model_change
+    if not progress.detected or progress.disclosure_checked:
+        return state, ()
+    state = replace(state, session=replace(
+        session, model_change=replace(progress, disclosure_checked=True)))
+    if progress.notice_shown:
+        return state, ()
+    return state, (violation(state.user_id, Rule.MODEL_CHANGE_UNDISCLOSED, "notice_not_shown",
+                             ctx, session.session_id),)
+
+
+def reattune(state: UserState, baselines: UserBaselines, ctx: StepContext
+             ) -> tuple[UserState, tuple[Output, ...]]:
+    """Score how the session re-joins the prior late profile; respond and track the streak."""
+    session = state.session
+    assert session is not None
+    config = ctx.config
+    progress = replace(session.model_change, reattune_done=True)
+    session = replace(session, model_change=progress)
+    state = replace(state, session=session)
+    base = baselines.attunement
+    early_rows = session.turns.early_rows
+    if base is None or not early_rows or not base.late_profile:
+        return state, ()
+    feats = features_for(session.mode, base.features)
+    if not feats:
+        return state, ()
+    base_idx = [base.features.index(f) for f in feats]
+    cols = [FEATURES.index(f) for f in feats]
+    early = np.asarray(early_rows)[:, cols]
+    late = np.asarray(base.late_profile)[base_idx]
+    sd = base.turn_sd()[base_idx]
+    sem = semantic_drift(session.referenced) if baselines.semantic is not None else None
+    trust_index = feats.index("trust") if "trust" in feats else None
+    result = Reattunement(score_reattunement(early, late, sd, trust_index, sem, config),
+                          config.reattune_threshold,
+                          derive_id("reattune", state.user_id, session.session_id, ctx.event_id),
+                          BaselineRef.of(base.meta))
+    passed = result.passed
+    out: Output
+    if progress.detected:
+        progress = replace(progress, reattune_completed=passed)
+        if passed:
+            out = _response(state, Action.REATTUNE_COMPLETED, ctx,
+                            ReattuneDetail(Posture.RESTORED, (), result))
+            state = replace(state, reattune_required=False)
+        else:
+            out = _response(state, Action.REATTUNE_FAILED, ctx,
+                            ReattuneDetail(Posture.CONSERVATIVE, OFFERS, result))
+    else:
+        out = ReattuneQualityScore(result.reattune_id, state.user_id, session.session_id,
+                                   ctx.ts_s, session.turns.n_turns, ctx.event_id, result)
+    session = replace(session, model_change=progress, reattune_quality=result.score.quality)
+    state, escalations = sustained_low(replace(state, session=session), result, ctx)
+    return state, (out, *escalations)
+
+
+def sustained_low(state: UserState, result: Reattunement, ctx: StepContext
+                  ) -> tuple[UserState, tuple[Output, ...]]:
+    """Count consecutive scored sessions below the threshold; escalate once per streak."""
+    if result.passed:
+        return replace(state, low_streak=0, escalated=False), ()
+    streak = state.low_streak + 1
+    if streak < ctx.config.sustained_low_sessions or state.escalated:
+        return replace(state, low_streak=streak), ()
+    session = state.session
+    assert session is not None
+    kind = EscalationKind.SUSTAINED_LOW_REATTUNE
+    escalation = Escalation(
+        derive_id("escalation", kind.value, state.user_id, ctx.event_id), state.user_id,
+        session.session_id, ctx.ts_s, kind, ROUTE, streak, result.score.quality,
+        result.threshold, ctx.event_id)
+    return replace(state, low_streak=streak, escalated=True), (escalation,)

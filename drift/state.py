@@ -1,0 +1,195 @@
+"""The per-user state the fold carries between events: frozen values, bounded in size.
+
+:class:`UserState` is what a worker keeps about one user; the fold never changes
+one in place, it returns the next. Each part belongs to one concern: the turn log
+to scoring, the guard to the governance audit, :class:`ModelChangeProgress` to the
+model-change protocol, the ladder to the responses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from drift import ladder
+from drift.model import FEATURES, DriftConfig, Mode, ModelTriple, Tier
+from drift.scoring import WindowStats
+
+Row = tuple[float, ...]
+_HASH_BYTES = 8
+
+
+def event_hash(event_id: str) -> bytes:
+    """The 64-bit fingerprint the dedupe window keeps of an event id.
+
+    >>> event_hash("e1").hex()
+    '1b5d5e51f54f0f04'
+    """
+    return hashlib.blake2b(event_id.encode("utf-8"), digest_size=_HASH_BYTES).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class RecentEvents:
+    """The last ``size`` event ids of a user, as fixed-size fingerprints, oldest first.
+
+    >>> r = RecentEvents().remember("e1", 2).remember("e2", 2)
+    >>> r.seen("e1"), r.remember("e3", 2).seen("e1"), len(r.ring)
+    (True, False, 16)
+    """
+
+    ring: bytes = b""
+
+    def seen(self, event_id: str) -> bool:
+        h = event_hash(event_id)
+        i = self.ring.find(h)
+        while i != -1 and i % _HASH_BYTES:
+            i = self.ring.find(h, i + 1)
+        return i != -1
+
+    def remember(self, event_id: str, size: int) -> RecentEvents:
+        return RecentEvents((self.ring + event_hash(event_id))[-size * _HASH_BYTES:])
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSums:
+    """Running sums of one turn window, on the transformed scale, for all features."""
+
+    n: int = 0
+    total: Row = (0.0,) * len(FEATURES)
+    squares: Row = (0.0,) * len(FEATURES)
+
+    def add(self, row: Row) -> WindowSums:
+        """
+        >>> WindowSums().add((1.0,) * 6).add((3.0,) * 6).stats([0])
+        WindowStats(n=2, mean=(2.0,), m2=(2.0,))
+        """
+        return WindowSums(self.n + 1, tuple(t + x for t, x in zip(self.total, row)),
+                          tuple(s + x * x for s, x in zip(self.squares, row)))
+
+    def stats(self, idx: list[int]) -> WindowStats | None:
+        if self.n == 0:
+            return None
+        mean = tuple(self.total[j] / self.n for j in idx)
+        m2 = tuple(max(0.0, self.squares[j] - self.n * m * m) for j, m in zip(idx, mean))
+        return WindowStats(self.n, mean, m2)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnLog:
+    """A session's turn dynamics as scoring and re-attunement need them."""
+
+    n_turns: int = 0
+    looks: int = 0
+    windows: tuple[WindowSums, ...] = ()
+    current_rows: tuple[Row, ...] = ()
+    early_rows: tuple[Row, ...] = ()
+    late_rows: tuple[Row, ...] = ()
+
+    @staticmethod
+    def start(config: DriftConfig) -> TurnLog:
+        return TurnLog(windows=(WindowSums(),) * config.windows)
+
+    def add(self, row: Row, config: DriftConfig) -> TurnLog:
+        """The log with one more turn: into its checkpoint window, the current look,
+        the early window (re-attunement) and the late profile.
+
+        >>> log = TurnLog.start(DriftConfig())
+        >>> for _ in range(7):
+        ...     log = log.add((0.5,) * 6, DriftConfig())
+        >>> log.n_turns, [w.n for w in log.windows], len(log.early_rows), len(log.late_rows)
+        (7, [5, 2, 0], 5, 3)
+        """
+        n = self.n_turns + 1
+        w = min((n - 1) // config.checkpoint_every, config.windows - 1)
+        windows = self.windows[:w] + (self.windows[w].add(row),) + self.windows[w + 1:]
+        early = self.early_rows + (row,) if n <= config.reattune_checkpoint_turn \
+            else self.early_rows
+        late = (self.late_rows + (row,))[-config.late_profile_turns:]
+        return TurnLog(n, self.looks, windows, self.current_rows + (row,), early, late)
+
+    def looked(self) -> TurnLog:
+        """The log after a checkpoint: the next look starts with no turns of its own."""
+        return replace(self, looks=self.looks + 1, current_rows=())
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """The session's blocking states for relational writes (SPEC section 6)."""
+
+    blocking: tuple[str, ...] = ()
+    high_res_streak: int = 0
+    high_res_block: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChangeProgress:
+    """Where a session stands in the model-change protocol (SPEC section 5)."""
+
+    detected: bool = False
+    notice_shown: bool = False
+    reattune_done: bool = False
+    reattune_completed: bool = False
+    disclosure_checked: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    session_id: str
+    mode: Mode
+    started_s: float
+    last_s: float
+    model: ModelTriple
+    safety: tuple[str, str, str]
+    ephemeral: bool
+    turns: TurnLog
+    foldable: bool = True
+    guard: Guard = Guard()
+    model_change: ModelChangeProgress = ModelChangeProgress()
+    referenced: Mapping[str, str] = field(default_factory=dict)
+    affirmed: Mapping[str, str] = field(default_factory=dict)
+    scores: int = 0
+    max_tier: Tier = Tier.LOW
+    reattune_quality: float | None = None
+
+    @property
+    def summarized(self) -> bool:
+        """Whether the review API keeps a summary of this session."""
+        return not self.ephemeral and self.mode.keeps_baselines
+
+
+@dataclass(frozen=True, slots=True)
+class UserState:
+    """Everything the service keeps about one user between events (bounded in size)."""
+
+    user_id: str
+    mode: Mode | None = None
+    clock_s: float = 0.0
+    last_used_s: float = 0.0
+    recent: RecentEvents = RecentEvents()
+    session: SessionState | None = None
+    ladder: ladder.LadderState = field(default_factory=ladder.initial)
+    reattune_required: bool = False
+    low_streak: int = 0
+    escalated: bool = False
+    durable: bool = False
+    rebaseline_attunement: bool = False
+
+    @property
+    def persistable(self) -> bool:
+        """Whether anything about this user may be written to disk (SPEC section 3).
+
+        Only users in a baselining mode who have had a session that was not
+        ephemeral; never while an ephemeral session is open.
+
+        >>> UserState("u").persistable, UserState("u", Mode.FULL, durable=True).persistable
+        (False, True)
+        """
+        if not self.durable or self.mode is None or not self.mode.keeps_baselines:
+            return False
+        return self.session is None or not self.session.ephemeral
+
+    def open_session(self, session_id: str) -> SessionState | None:
+        """The open session if it is ``session_id``."""
+        s = self.session
+        return s if s is not None and s.session_id == session_id else None

@@ -1,0 +1,158 @@
+"""The engine in process: real DuckDB file, a fresh registry, the golden event log."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from baselines.store import BaselineStore
+from drift.model import DriftConfig
+from streams import topics
+from streams.engine import Engine, PendingBatch, Record
+from streams.metrics import build_metrics
+from tests.streams.golden import (
+    PARTITIONS,
+    START_S,
+    FixedClock,
+    golden_events,
+    golden_records,
+    partition_of,
+)
+
+
+class Harness:
+    def __init__(self, path: Path) -> None:
+        self.registry = CollectorRegistry()
+        self.store = BaselineStore(path)
+        self.clock = FixedClock(START_S)
+        self.engine = Engine(self.store, DriftConfig(), build_metrics(self.registry),
+                             clock=self.clock)
+        self.engine.assign(range(PARTITIONS))
+        self.messages: list[tuple[str, dict]] = []
+
+    def settle(self, batch: PendingBatch) -> None:
+        self.messages.extend((m.topic, json.loads(m.value)) for m in batch.messages)
+        self.store.commit_batch(batch.write)
+        if batch.erased:
+            self.store.compact()
+
+    def feed(self, records: list[tuple[bytes | None, bytes | None]], size: int = 50) -> None:
+        offsets = dict(self.engine.next_offsets)
+        rs = []
+        for key, value in records:
+            p = partition_of(key)
+            rs.append(Record(p, offsets[p], key, value, START_S))
+            offsets[p] += 1
+        for i in range(0, len(rs), size):
+            self.settle(self.engine.process(rs[i:i + size]))
+
+    def sample(self, name: str, **labels: str) -> float:
+        value = self.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+
+@pytest.fixture
+def harness(tmp_path: Path):
+    h = Harness(tmp_path / "continuity.duckdb")
+    yield h
+    h.store.close()
+
+
+def test_metrics_count_exactly_what_was_published(harness: Harness) -> None:
+    harness.feed(golden_records())
+    by = Counter()
+    for topic, p in harness.messages:
+        label = (p.get("score_kind") if topic == topics.SCORES else p.get("action") or
+                 p.get("rule") or p.get("kind") or p.get("reason"))
+        by[(topic, label)] += 1
+    drift_scores = [p for t, p in harness.messages if p.get("score_kind") == "continuity_drift"]
+    for tier in ("low", "medium", "high"):
+        assert harness.sample("continuity_scores_total", tier=tier) == sum(
+            p["tier"] == tier for p in drift_scores)
+    for (topic, label), n in by.items():
+        if topic == topics.RESPONSES:
+            assert harness.sample("continuity_responses_total", action=label) == n
+        elif topic == topics.VIOLATIONS:
+            assert harness.sample("continuity_governance_violations_total", rule=label) == n
+        elif topic == topics.ESCALATIONS:
+            assert harness.sample("continuity_escalations_total", kind=label) == n
+        elif topic == topics.DEADLETTER:
+            assert harness.sample("continuity_rejections_total", reason=label) == n
+    for topic in topics.OUTPUT_TOPICS.values():
+        assert harness.sample("continuity_outputs_total", topic=topic) == sum(
+            t == topic for t, _ in harness.messages)
+    accepted = sum(harness.sample("continuity_events_total", event_type=t) for t in
+                   {e.event_type for e in golden_events()})
+    assert accepted == len(golden_records()) - 3
+
+
+def test_only_durable_users_are_stored_with_their_sessions(harness: Harness) -> None:
+    harness.feed(golden_records())
+    states = harness.store.load_states(range(PARTITIONS))
+    users = {e.user_id for e in golden_events()}
+    assert not any(u.startswith(("stateless-", "ephemeral-")) for u in states)
+    assert {u for u in users if u.startswith("stable-")} <= set(states)
+    for user_id, state in states.items():
+        assert state == harness.engine.states[user_id]
+    summary = harness.store.session("stable-0000", "stable-0000-s3")
+    assert summary is not None and summary.turns == 12 and summary.scores >= 1
+    assert summary.ended_s is not None and summary.ended_s >= summary.started_s
+    assert harness.store.session("ephemeral-0000", "ephemeral-0000-s0") is None
+
+
+def test_an_open_session_is_shown_from_memory_and_stored_when_it_ends(harness: Harness) -> None:
+    records = golden_records()
+    harness.feed(records)
+    shown = harness.engine.open_session("golden-idle", "idle-after")
+    assert shown is not None and shown.ended_s is None and shown.turns == 12
+    assert harness.store.session("golden-idle", "idle-after") is None
+    harness.clock.now = START_S + 400 * 86400.0
+    harness.settle(harness.engine.tick())
+    stored = harness.store.session("golden-idle", "idle-after")
+    assert stored is not None and stored.ended_s == shown.started_s + 12 * 10.0 + 1800.0
+    assert harness.engine.open_session("golden-idle", "idle-after") is None
+
+
+def test_an_operator_erase_of_an_unknown_user_has_the_same_shape_and_keeps_nothing(
+        harness: Harness) -> None:
+    harness.feed(golden_records())
+    known_batch, known = harness.engine.erase_user("stable-0002", "req-known")
+    harness.settle(known_batch)
+    unknown_batch, unknown = harness.engine.erase_user("nobody-at-all", "req-unknown")
+    harness.settle(unknown_batch)
+    assert known.outcome.value == unknown.outcome.value == "verified"
+    assert {t.kind.value for t in known.targets} == {"attunement", "semantic", "safety"}
+    assert all(t.versions == 0 for t in unknown.targets)
+    assert "nobody-at-all" not in harness.engine.states
+    assert "nobody-at-all" not in harness.engine.baselines
+    assert harness.store.count_user_rows("stable-0002")["baseline_versions"] == 0
+    again_batch, again = harness.engine.erase_user("stable-0002", "req-known")
+    assert again == known
+    assert [m.value for m in again_batch.messages] == [known_batch.messages[0].value]
+
+
+def test_a_replayed_batch_is_skipped_by_its_stored_offsets(harness: Harness, tmp_path: Path
+                                                           ) -> None:
+    records = golden_records()[:1500]
+    harness.feed(records)
+    published = len(harness.messages)
+    harness.store.close()
+    again = Harness(tmp_path / "continuity.duckdb")
+    try:
+        offsets = dict.fromkeys(range(PARTITIONS), 0)
+        rs = []
+        for key, value in records:
+            p = partition_of(key)
+            rs.append(Record(p, offsets[p], key, value, START_S))
+            offsets[p] += 1
+        again.settle(again.engine.process(rs))
+        assert again.messages == [] and published > 0
+        assert again.engine.states == {u: s for u, s in harness.engine.states.items()
+                                       if s.persistable}
+    finally:
+        again.store.close()
+    harness.store = BaselineStore(tmp_path / "continuity.duckdb")
