@@ -934,7 +934,7 @@ def state_size_bound(seed: int, sessions: Sequence[int]) -> list[dict[str, Any]]
             rows.append({"scenario": scenario.value, "sessions": len(truth),
                          "events": len(events), "state_bytes": len(encode_state(state)),
                          "state_bytes_peak_recent": peak,
-                         "recent_ids": len(state.recent_ids), "baseline_bytes": base_bytes})
+                         "recent_ids": len(state.recent.ring) // 8, "baseline_bytes": base_bytes})
     return rows
 
 

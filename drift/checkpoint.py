@@ -8,12 +8,13 @@ responses it climbs to.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from drift import ladder
 from drift.baseline import Baseline, UserBaselines, derive_id
+from drift.evolve import evolve
 from drift.model import FEATURES, MODE_FEATURES, BaselineKind, DriftConfig, Mode
 from drift.outputs import (
     Attribution,
@@ -88,7 +89,7 @@ def checkpoint(state: UserState, baselines: UserBaselines, ctx: StepContext, tag
     sem = semantic_drift(session.referenced) if baselines.semantic is not None else None
     saf = (safety_drift(baselines.safety.fields(), session.safety)
            if baselines.safety is not None else None)
-    state = replace(state, session=replace(session, turns=session.turns.looked()))
+    state = evolve(state, session=evolve(session, turns=session.turns.looked()))
     return rate(state, baselines, ctx, tag, att, sem, saf)
 
 
@@ -126,9 +127,9 @@ def rate(state: UserState, baselines: UserBaselines, ctx: StepContext, tag: str,
                            ctx.event_id),
                  state.user_id, session.session_id, ctx.ts_s, action, ctx.event_id, detail)
         for action in climbed.actions)
-    session = replace(session, scores=session.scores + 1,
+    session = evolve(session, scores=session.scores + 1,
                       max_tier=max(session.max_tier, effective))
-    return replace(state, ladder=climbed.state, session=session), (score, *responses)
+    return evolve(state, ladder=climbed.state, session=session), (score, *responses)
 
 
 def _ref(b: Baseline | None) -> BaselineRef | None:

@@ -7,10 +7,9 @@ copy; :func:`receipt` turns the store's verified result into the published recei
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from drift.baseline import UserBaselines, derive_id, next_meta, restrict_features
 from drift.checkpoint import StepContext
+from drift.evolve import evolve
 from drift.model import (
     ATTUNEMENT_CATEGORIES,
     MODE_FEATURES,
@@ -47,10 +46,10 @@ def erase(state: UserState, baselines: UserBaselines, kinds: tuple[BaselineKind,
     command = ErasureCommand(state.user_id, ctx.session_id, kinds, reason, request_id,
                              ctx.event_id, ctx.ts_s, replacement)
     if state.session is not None and keep_features is None:
-        state = replace(state, session=replace(state.session, foldable=False))
+        state = evolve(state, session=evolve(state.session, foldable=False))
     remaining = baselines.without(frozenset(kinds))
     if replacement is not None:
-        remaining = replace(remaining, attunement=replacement)
+        remaining = evolve(remaining, attunement=replacement)
     return state, remaining, command
 
 

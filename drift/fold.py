@@ -18,16 +18,16 @@ True
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import assert_never
+from dataclasses import dataclass
+from typing import Any, assert_never
 
 from drift import ladder
 from drift.baseline import Baseline, UserBaselines, derive_id
 from drift.checkpoint import StepContext, checkpoint, rate
 from drift.erasure import downgrade, erase, erase_kinds_for, expire
+from drift.evolve import evolve
 from drift.governance import audit_write, guard_after
 from drift.model import (
-    FEATURES,
     BaselineReconfirmed,
     DriftConfig,
     FhrEvent,
@@ -45,8 +45,8 @@ from drift.model import (
 from drift.model_change import check_disclosure, detect, notice_shown, reattune
 from drift.outputs import NO_EFFECTS, Effects, ErasureCommand, Output, SessionSummary
 from drift.rebaseline import MAX_SEMANTIC_ITEMS, fold_session, reconfirm
-from drift.scoring import safety_drift, transform
-from drift.state import SessionState, TurnLog, UserState
+from drift.scoring import safety_drift, transform_turn
+from drift.state import SessionState, TurnLog, UserState, event_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,9 @@ class Step:
     state: UserState
     baselines: UserBaselines
     effects: Effects = NO_EFFECTS
+
+
+DUPLICATE = Effects(duplicate=True)
 
 
 def initial(user_id: str) -> UserState:
@@ -71,20 +74,31 @@ def step(state: UserState, baselines: UserBaselines, event: FhrEvent, config: Dr
     ``ts`` is processed with the user's clock held where it was. Expiry and idle
     closes that are due by the event's time happen first (:func:`sweep`).
     """
-    if state.recent.seen(event.event_id):
-        return Step(state, baselines, Effects(duplicate=True))
+    fingerprint = event_hash(event.event_id)
+    if state.recent.holds(fingerprint):
+        return Step(state, baselines, DUPLICATE)
     ts = max(event.ts_s, state.clock_s)
-    state = replace(state, clock_s=ts,
-                    recent=state.recent.remember(event.event_id, config.recent_event_ids))
     ctx = StepContext(event.event_id, event.session_id, ts, config)
-    swept = sweep(state, baselines, ts, config, ctx)
-    state = swept.state
+    swept = sweep(state, baselines, ts, config, ctx) if _due(state, baselines, ts, config) \
+        else None
+    if swept is not None:
+        state, baselines = swept.state, swept.baselines
+    recent = state.recent.keep(fingerprint, config.recent_event_ids)
     session = state.open_session(event.session_id)
-    if session is not None:
-        state = replace(state, session=replace(
-            session, last_s=max(session.last_s, ts),
-            ephemeral=session.ephemeral or event.ephemeral))
-    handled = _dispatch(state, swept.baselines, event, ctx)
+    if session is None:
+        handled = _dispatch(evolve(state, clock_s=ts, recent=recent), baselines, event, ctx)
+    else:
+        touch = {"last_s": max(session.last_s, ts),
+                 "ephemeral": session.ephemeral or event.ephemeral}
+        if isinstance(event.body, Turn):
+            # Most events are turns: their session and state change once, not twice.
+            handled = _turn(state, session, touch, {"clock_s": ts, "recent": recent},
+                            baselines, event.body, ctx)
+        else:
+            touched = evolve(state, clock_s=ts, recent=recent, session=evolve(session, **touch))
+            handled = _dispatch(touched, baselines, event, ctx)
+    if swept is None or swept.effects.empty:
+        return handled
     return Step(handled.state, handled.baselines, swept.effects + handled.effects)
 
 
@@ -95,7 +109,7 @@ def _dispatch(state: UserState, baselines: UserBaselines, event: FhrEvent, ctx: 
         case SessionStart():
             return _session_start(state, baselines, body, event.ephemeral, ctx)
         case Turn():
-            return _turn(state, baselines, body, ctx)
+            return Step(state, baselines)  # a turn of a session that is not open
         case Semantic():
             return _semantic(state, baselines, body, ctx)
         case MemoryWrite():
@@ -124,6 +138,18 @@ def _dispatch(state: UserState, baselines: UserBaselines, event: FhrEvent, ctx: 
             assert_never(body)
 
 
+def _due(state: UserState, baselines: UserBaselines, now_s: float, config: DriftConfig
+         ) -> bool:
+    """Whether :func:`sweep` has anything to do by ``now_s`` (a cheap check per event)."""
+    session = state.session
+    if session is not None and session.last_s + config.idle_timeout_s <= now_s:
+        return True
+    since = now_s - state.last_used_s
+    return since > min(config.ttl_light_s, config.ttl_full_s) and any(
+        now_s - max(m.created_at_s, state.last_used_s) > config.ttl_s(m.mode)
+        for m in baselines.metas())
+
+
 def sweep(state: UserState, baselines: UserBaselines, now_s: float, config: DriftConfig,
           cause: StepContext | None = None) -> Step:
     """What is due by event time ``now_s``: TTL expiry, then an idle session's close.
@@ -133,6 +159,8 @@ def sweep(state: UserState, baselines: UserBaselines, now_s: float, config: Drif
     """
     state, baselines, commands = expire(state, baselines, now_s, config, cause)
     closed = close_idle(state, baselines, now_s, config)
+    if not commands:
+        return closed
     return Step(closed.state, closed.baselines, Effects(writes=commands) + closed.effects)
 
 
@@ -185,7 +213,7 @@ def end_session(state: UserState, baselines: UserBaselines, ctx: StepContext, ta
     closed = state.session
     assert closed is not None
     sessions = (summarize(state.user_id, closed, ctx.ts_s),) if closed.summarized else ()
-    return Step(replace(state, session=None), baselines, Effects(outputs, writes, sessions))
+    return Step(evolve(state, session=None), baselines, Effects(outputs, writes, sessions))
 
 
 def summarize(user_id: str, session: SessionState, ended_s: float | None) -> SessionSummary:
@@ -208,14 +236,14 @@ def _session_start(state: UserState, baselines: UserBaselines, body: SessionStar
     session = SessionState(ctx.session_id, body.mode, ctx.ts_s, ctx.ts_s, body.model,
                            (body.gate_config_id, body.drift_policy_id, body.consent_state_id),
                            ephemeral, TurnLog.start(ctx.config))
-    state = replace(state, mode=body.mode, ladder=ladder.new_session(state.ladder),
+    state = evolve(state, mode=body.mode, ladder=ladder.new_session(state.ladder),
                     session=session)
     if not body.mode.keeps_baselines:
-        return Step(replace(state, durable=False), baselines, effects)
+        return Step(evolve(state, durable=False), baselines, effects)
     if not ephemeral:
-        state = replace(state, durable=True)
+        state = evolve(state, durable=True)
     if baselines.metas():
-        state = replace(state, last_used_s=ctx.ts_s)
+        state = evolve(state, last_used_s=ctx.ts_s)
     if baselines.safety is not None:
         saf = safety_drift(baselines.safety.fields(), session.safety)
         if saf > 0:
@@ -225,17 +253,18 @@ def _session_start(state: UserState, baselines: UserBaselines, body: SessionStar
     return Step(state, baselines, effects + Effects(outs))
 
 
-def _turn(state: UserState, baselines: UserBaselines, body: Turn, ctx: StepContext) -> Step:
-    session = state.open_session(ctx.session_id)
-    if session is None:
-        return Step(state, baselines)
+def _turn(state: UserState, session: SessionState, session_changes: dict[str, Any],
+          state_changes: dict[str, Any], baselines: UserBaselines, body: Turn,
+          ctx: StepContext) -> Step:
+    """A turn of the open ``session``, applied with the changes every event makes."""
     config = ctx.config
-    session = replace(session, guard=guard_after(session.guard, body, config))
+    guard = guard_after(session.guard, body, config)
     if not session.mode.keeps_baselines:
-        return Step(replace(state, session=session), baselines)
-    row = tuple(transform(f, x) for f, x in zip(FEATURES, body.features()))
-    turns = session.turns.add(row, config)
-    state = replace(state, session=replace(session, turns=turns))
+        return Step(evolve(state, session=evolve(session, guard=guard, **session_changes),
+                           **state_changes), baselines)
+    turns = session.turns.add(transform_turn(body), config)
+    state = evolve(state, session=evolve(session, guard=guard, turns=turns, **session_changes),
+                   **state_changes)
     n = turns.n_turns
     outputs: tuple[Output, ...] = ()
     if n >= config.checkpoint_turn and (n - config.checkpoint_turn) % config.checkpoint_every == 0:
@@ -262,8 +291,8 @@ def _semantic(state: UserState, baselines: UserBaselines, body: Semantic, ctx: S
             affirmed = {**affirmed, cid: body.kind}
     elif cid in affirmed:
         affirmed = {c: k for c, k in affirmed.items() if c != cid}
-    session = replace(session, referenced=referenced, affirmed=affirmed)
-    return Step(replace(state, session=session), baselines)
+    session = evolve(session, referenced=referenced, affirmed=affirmed)
+    return Step(evolve(state, session=session), baselines)
 
 
 def _mode_changed(state: UserState, baselines: UserBaselines, body: ModeChanged,
@@ -273,8 +302,8 @@ def _mode_changed(state: UserState, baselines: UserBaselines, body: ModeChanged,
         return Step(state, baselines)
     state, baselines, commands = downgrade(state, baselines, body.to_mode, ctx)
     session = state.session
-    state = replace(state, mode=body.to_mode,
-                    session=replace(session, mode=body.to_mode) if session is not None else None)
+    state = evolve(state, mode=body.to_mode,
+                    session=evolve(session, mode=body.to_mode) if session is not None else None)
     return Step(state, baselines, Effects(writes=commands))
 
 

@@ -34,11 +34,15 @@ def guard_after(guard: Guard, turn: Turn, config: DriftConfig) -> Guard:
     blocking = (("ae_active",) if turn.ae_severity in BLOCKING_SEVERITIES else ()) + tuple(
         name for name in _BLOCKING_FLAGS if getattr(turn, name))
     if turn.reflection:
-        return Guard(blocking, 0, False)
-    if turn.resonance_depth >= config.high_resonance:
+        streak, block = 0, False
+    elif turn.resonance_depth >= config.high_resonance:
         streak = guard.high_res_streak + 1
-        return Guard(blocking, streak, guard.high_res_block or streak >= config.high_resonance_turns)
-    return Guard(blocking, 0, guard.high_res_block)
+        block = guard.high_res_block or streak >= config.high_resonance_turns
+    else:
+        streak, block = 0, guard.high_res_block
+    if (blocking, streak, block) == (guard.blocking, guard.high_res_streak, guard.high_res_block):
+        return guard
+    return Guard(blocking, streak, block)
 
 
 def violation(user_id: str, rule: Rule, reason: str, ctx: StepContext,

@@ -7,8 +7,9 @@ lifts it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from drift.evolve import evolve
 from drift.model import BaselineKind, Tier
 from drift.outputs import Action
 
@@ -45,7 +46,7 @@ def new_session(state: LadderState) -> LadderState:
     >>> new_session(s).session_tier.label, new_session(initial()).session_tier.label
     ('high', 'low')
     """
-    return replace(state, session_tier=Tier.HIGH if state.hold else Tier.LOW, prompted=False)
+    return evolve(state, session_tier=Tier.HIGH if state.hold else Tier.LOW, prompted=False)
 
 
 def step(state: LadderState, tier: Tier, kinds: frozenset[BaselineKind], cause: str
@@ -66,17 +67,17 @@ def step(state: LadderState, tier: Tier, kinds: frozenset[BaselineKind], cause: 
     """
     effective = max(state.session_tier, tier)
     actions: list[Action] = []
-    new = replace(state, session_tier=effective)
+    new = evolve(state, session_tier=effective)
     if effective is Tier.MEDIUM and not state.prompted:
         actions.append(Action.CHECK_PROMPTED)
-        new = replace(new, prompted=True)
+        new = evolve(new, prompted=True)
     if effective is Tier.HIGH:
         if not state.hold:
             actions.append(Action.REBASELINE_REQUIRED)
-            new = replace(new, hold=True, hold_kinds=kinds or frozenset(BaselineKind),
+            new = evolve(new, hold=True, hold_kinds=kinds or frozenset(BaselineKind),
                           hold_cause=cause)
         elif tier is Tier.HIGH:
-            new = replace(new, hold_kinds=state.hold_kinds | kinds)
+            new = evolve(new, hold_kinds=state.hold_kinds | kinds)
     return LadderStep(new, effective, tuple(actions))
 
 

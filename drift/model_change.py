@@ -8,12 +8,11 @@ at the re-attunement checkpoint the disclosure is checked
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from drift.baseline import UserBaselines, derive_id
 from drift.checkpoint import StepContext, features_for
+from drift.evolve import evolve
 from drift.governance import violation
 from drift.model import FEATURES, ModelTriple
 from drift.outputs import (
@@ -54,8 +53,8 @@ def detect(state: UserState, baselines: UserBaselines, model: ModelTriple, ctx: 
     session = state.session
     if prior is None or prior == model or session is None:
         return state, ()
-    session = replace(session, model_change=ModelChangeProgress(detected=True))
-    state = replace(state, session=session, reattune_required=True)
+    session = evolve(session, model_change=ModelChangeProgress(detected=True))
+    state = evolve(state, session=session, reattune_required=True)
     detail = ModelChangeDetail(True, prior, model)
     return state, tuple(_response(state, action, ctx, detail)
                         for action in (Action.MODEL_CHANGE_NOTICE, Action.POSTURE_DOWNGRADE))
@@ -64,8 +63,8 @@ def detect(state: UserState, baselines: UserBaselines, model: ModelTriple, ctx: 
 def notice_shown(state: UserState) -> UserState:
     session = state.session
     assert session is not None
-    return replace(state, session=replace(
-        session, model_change=replace(session.model_change, notice_shown=True)))
+    return evolve(state, session=evolve(
+        session, model_change=evolve(session.model_change, notice_shown=True)))
 
 
 def check_disclosure(state: UserState, ctx: StepContext) -> tuple[UserState, tuple[Output, ...]]:
@@ -75,8 +74,8 @@ def check_disclosure(state: UserState, ctx: StepContext) -> tuple[UserState, tup
     progress = session.model_change
     if not progress.detected or progress.disclosure_checked:
         return state, ()
-    state = replace(state, session=replace(
-        session, model_change=replace(progress, disclosure_checked=True)))
+    state = evolve(state, session=evolve(
+        session, model_change=evolve(progress, disclosure_checked=True)))
     if progress.notice_shown:
         return state, ()
     return state, (violation(state.user_id, Rule.MODEL_CHANGE_UNDISCLOSED, "notice_not_shown",
@@ -89,9 +88,9 @@ def reattune(state: UserState, baselines: UserBaselines, ctx: StepContext
     session = state.session
     assert session is not None
     config = ctx.config
-    progress = replace(session.model_change, reattune_done=True)
-    session = replace(session, model_change=progress)
-    state = replace(state, session=session)
+    progress = evolve(session.model_change, reattune_done=True)
+    session = evolve(session, model_change=progress)
+    state = evolve(state, session=session)
     base = baselines.attunement
     early_rows = session.turns.early_rows
     if base is None or not early_rows or not base.late_profile:
@@ -113,19 +112,19 @@ def reattune(state: UserState, baselines: UserBaselines, ctx: StepContext
     passed = result.passed
     out: Output
     if progress.detected:
-        progress = replace(progress, reattune_completed=passed)
+        progress = evolve(progress, reattune_completed=passed)
         if passed:
             out = _response(state, Action.REATTUNE_COMPLETED, ctx,
                             ReattuneDetail(Posture.RESTORED, (), result))
-            state = replace(state, reattune_required=False)
+            state = evolve(state, reattune_required=False)
         else:
             out = _response(state, Action.REATTUNE_FAILED, ctx,
                             ReattuneDetail(Posture.CONSERVATIVE, OFFERS, result))
     else:
         out = ReattuneQualityScore(result.reattune_id, state.user_id, session.session_id,
                                    ctx.ts_s, session.turns.n_turns, ctx.event_id, result)
-    session = replace(session, model_change=progress, reattune_quality=result.score.quality)
-    state, escalations = sustained_low(replace(state, session=session), result, ctx)
+    session = evolve(session, model_change=progress, reattune_quality=result.score.quality)
+    state, escalations = sustained_low(evolve(state, session=session), result, ctx)
     return state, (out, *escalations)
 
 
@@ -133,10 +132,10 @@ def sustained_low(state: UserState, result: Reattunement, ctx: StepContext
                   ) -> tuple[UserState, tuple[Output, ...]]:
     """Count consecutive scored sessions below the threshold; escalate once per streak."""
     if result.passed:
-        return replace(state, low_streak=0, escalated=False), ()
+        return evolve(state, low_streak=0, escalated=False), ()
     streak = state.low_streak + 1
     if streak < ctx.config.sustained_low_sessions or state.escalated:
-        return replace(state, low_streak=streak), ()
+        return evolve(state, low_streak=streak), ()
     session = state.session
     assert session is not None
     kind = EscalationKind.SUSTAINED_LOW_REATTUNE
@@ -144,4 +143,4 @@ def sustained_low(state: UserState, result: Reattunement, ctx: StepContext
         derive_id("escalation", kind.value, state.user_id, ctx.event_id), state.user_id,
         session.session_id, ctx.ts_s, kind, ROUTE, streak, result.score.quality,
         result.threshold, ctx.event_id)
-    return replace(state, low_streak=streak, escalated=True), (escalation,)
+    return evolve(state, low_streak=streak, escalated=True), (escalation,)

@@ -345,6 +345,10 @@ class Effects:
     duplicate: bool = False
 
     def __add__(self, other: Effects) -> Effects:
+        if other.empty and not other.duplicate:
+            return self
+        if self.empty and not self.duplicate:
+            return other
         return Effects(self.outputs + other.outputs, self.writes + other.writes,
                        self.sessions + other.sessions, self.duplicate or other.duplicate)
 

@@ -8,7 +8,6 @@ baseline. Both return the user's new baselines and the versions to store.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from drift.baseline import (
     next_meta,
 )
 from drift.checkpoint import StepContext
+from drift.evolve import evolve
 from drift.model import FEATURES, MODE_FEATURES, BaselineKind, ModelTriple
 from drift.outputs import Action, ReleaseDetail, Response
 from drift.state import SessionState, UserState
@@ -72,13 +72,13 @@ def fold_session(state: UserState, baselines: UserBaselines, ctx: StepContext
     items.update(session.affirmed)
     sem = _semantic(baselines.semantic, items, state, session, model, ctx)
     writes: tuple[Baseline, ...] = (att, sem)
-    new = replace(baselines, attunement=att, semantic=sem)
+    new = evolve(baselines, attunement=att, semantic=sem)
     if baselines.safety is None:
         safety = SafetyBaseline(_meta(None, BaselineKind.SAFETY, state, session, model, ctx),
                                 *session.safety)
         writes += (safety,)
-        new = replace(new, safety=safety)
-    return replace(state, rebaseline_attunement=False), new, writes
+        new = evolve(new, safety=safety)
+    return evolve(state, rebaseline_attunement=False), new, writes
 
 
 def reconfirm(state: UserState, baselines: UserBaselines, kinds: frozenset[BaselineKind],
@@ -92,7 +92,7 @@ def reconfirm(state: UserState, baselines: UserBaselines, kinds: frozenset[Basel
     semantic baseline drops the commitments the session broke.
     """
     held, lifted = ladder.reconfirm(state.ladder, kinds)
-    state = replace(state, ladder=held)
+    state = evolve(state, ladder=held)
     released: tuple[Response, ...] = ()
     if lifted:
         action = Action.HOLD_RELEASED
@@ -106,19 +106,19 @@ def reconfirm(state: UserState, baselines: UserBaselines, kinds: frozenset[Basel
     model = baselines.model() or session.model
     writes: tuple[Baseline, ...] = ()
     if BaselineKind.ATTUNEMENT in kinds:
-        state = replace(state, rebaseline_attunement=True)
+        state = evolve(state, rebaseline_attunement=True)
     if BaselineKind.SAFETY in kinds:
         safety = SafetyBaseline(
             _meta(baselines.safety, BaselineKind.SAFETY, state, session, model, ctx),
             *session.safety)
         writes += (safety,)
-        baselines = replace(baselines, safety=safety)
+        baselines = evolve(baselines, safety=safety)
     if BaselineKind.SEMANTIC in kinds and baselines.semantic is not None:
         broken = {c for c, s in session.referenced.items() if s != "affirm"}
         items = {c: k for c, k in baselines.semantic.items if c not in broken}
         semantic = _semantic(baselines.semantic, items, state, session, model, ctx)
         writes += (semantic,)
-        baselines = replace(baselines, semantic=semantic)
+        baselines = evolve(baselines, semantic=semantic)
         referenced = {c: s for c, s in session.referenced.items() if c not in broken}
-        state = replace(state, session=replace(session, referenced=referenced))
+        state = evolve(state, session=evolve(session, referenced=referenced))
     return state, baselines, writes, released

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from drift.model import FEATURES, DriftConfig, Tier
+from drift.model import FEATURES, DriftConfig, Tier, Turn
 
 #: Features tested as the relational core of attunement (AD-30 4.1: trust, resonance).
 CORE_FEATURES = ("trust", "resonance_depth")
@@ -36,6 +36,17 @@ def transform(feature: str, value: float) -> float:
     0.25
     """
     return math.log1p(value) if feature in LOG_FEATURES else value
+
+
+def transform_turn(turn: Turn) -> tuple[float, ...]:
+    """A turn's six dynamics in :data:`FEATURES` order, each through :func:`transform`.
+
+    >>> t = Turn.neutral(1, user_tokens=99, latency_ms=0.0)
+    >>> transform_turn(t) == tuple(transform(f, x) for f, x in zip(FEATURES, t.features()))
+    True
+    """
+    return (turn.trust, turn.resonance_depth, turn.valence, float(turn.friction),
+            math.log1p(turn.user_tokens), math.log1p(turn.latency_ms))
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from operator import add, mul
 
 from drift import ladder
+from drift.evolve import evolve
 from drift.model import FEATURES, DriftConfig, Mode, ModelTriple, Tier
 from drift.scoring import WindowStats
 
@@ -41,14 +43,22 @@ class RecentEvents:
     ring: bytes = b""
 
     def seen(self, event_id: str) -> bool:
-        h = event_hash(event_id)
-        i = self.ring.find(h)
+        return self.holds(event_hash(event_id))
+
+    def holds(self, fingerprint: bytes) -> bool:
+        i = self.ring.find(fingerprint)
         while i != -1 and i % _HASH_BYTES:
-            i = self.ring.find(h, i + 1)
+            i = self.ring.find(fingerprint, i + 1)
         return i != -1
 
     def remember(self, event_id: str, size: int) -> RecentEvents:
-        return RecentEvents((self.ring + event_hash(event_id))[-size * _HASH_BYTES:])
+        return self.keep(event_hash(event_id), size)
+
+    def keep(self, fingerprint: bytes, size: int) -> RecentEvents:
+        ring = self.ring
+        if len(ring) >= size * _HASH_BYTES:
+            ring = ring[len(ring) - (size - 1) * _HASH_BYTES:]
+        return RecentEvents(ring + fingerprint)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +74,8 @@ class WindowSums:
         >>> WindowSums().add((1.0,) * 6).add((3.0,) * 6).stats([0])
         WindowStats(n=2, mean=(2.0,), m2=(2.0,))
         """
-        return WindowSums(self.n + 1, tuple(t + x for t, x in zip(self.total, row)),
-                          tuple(s + x * x for s, x in zip(self.squares, row)))
+        return WindowSums(self.n + 1, tuple(map(add, self.total, row)),
+                          tuple(map(add, self.squares, map(mul, row, row))))
 
     def stats(self, idx: list[int]) -> WindowStats | None:
         if self.n == 0:
@@ -75,7 +85,7 @@ class WindowSums:
         return WindowStats(self.n, mean, m2)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TurnLog:
     """A session's turn dynamics as scoring and re-attunement need them."""
 
@@ -110,7 +120,7 @@ class TurnLog:
 
     def looked(self) -> TurnLog:
         """The log after a checkpoint: the next look starts with no turns of its own."""
-        return replace(self, looks=self.looks + 1, current_rows=())
+        return evolve(self, looks=self.looks + 1, current_rows=())
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +143,7 @@ class ModelChangeProgress:
     disclosure_checked: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SessionState:
     session_id: str
     mode: Mode
@@ -158,7 +168,7 @@ class SessionState:
         return not self.ephemeral and self.mode.keeps_baselines
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class UserState:
     """Everything the service keeps about one user between events (bounded in size)."""
 

@@ -185,12 +185,14 @@ class Engine:
         self.states[state.user_id] = state
         self.baselines[state.user_id] = result.baselines
         effects = result.effects
+        if effects.empty:
+            return
         for write in effects.writes:
             if isinstance(write, ErasureCommand):
                 self._erase(write, partition, batch)
             elif state.persistable:
                 batch.write.baselines.append((partition, write))
-                self.metrics.baseline_versions.labels(kind=write.meta.kind.value).inc()
+                self.metrics.of(self.metrics.baseline_versions, write.meta.kind.value).inc()
         for out in effects.outputs:
             self._observe(out)
             self._publish(batch, out)
@@ -219,11 +221,11 @@ class Engine:
 
     def _publish(self, batch: PendingBatch, out: Output) -> None:
         topic = topics.OUTPUT_TOPICS[out.kind]
-        self.metrics.outputs.labels(topic=topic).inc()
+        self.metrics.of(self.metrics.outputs, topic).inc()
         batch.messages.append(OutMessage(topic, out.user_id.encode("utf-8"), encode(out)))
 
     def _dead_letter(self, record: Record, rejection: Rejection, batch: PendingBatch) -> None:
-        self.metrics.rejections.labels(reason=rejection.reason).inc()
+        self.metrics.of(self.metrics.rejections, rejection.reason).inc()
         letter = DeadLetter(
             derive_id("deadletter", topics.INPUT, str(record.partition), str(record.offset)),
             rejection.reason, topics.INPUT, record.partition, record.offset,
@@ -243,45 +245,45 @@ class Engine:
 
     def _count_event(self, event: FhrEvent) -> None:
         m = self.metrics
-        m.events.labels(event_type=event.event_type).inc()
+        m.of(m.events, event.event_type).inc()
         body = event.body
         if isinstance(body, MemoryWrite):
-            m.memory_writes.labels(memory_class=body.memory_class).inc()
+            m.of(m.memory_writes, body.memory_class).inc()
         elif isinstance(body, MemoryWriteBlocked):
-            m.memory_writes_blocked.labels(reason=body.reason).inc()
+            m.of(m.memory_writes_blocked, body.reason).inc()
         elif isinstance(body, NoticeShown):
             m.model_change_notices_shown.inc()
 
     def _count_erasure(self, result: ErasureResult) -> None:
         for target in result.targets:
-            self.metrics.erasures.labels(outcome=target.outcome.value).inc()
+            self.metrics.of(self.metrics.erasures, target.outcome.value).inc()
         if not result.targets:
-            self.metrics.erasures.labels(outcome=result.outcome.value).inc()
+            self.metrics.of(self.metrics.erasures, result.outcome.value).inc()
 
     def _observe(self, out: Output) -> None:
         m = self.metrics
         match out:
             case DriftScore():
-                m.scores.labels(tier=out.tier.label).inc()
+                m.of(m.scores, out.tier.label).inc()
                 m.drift_score.observe(out.score)
                 for component, value in out.components.items():
                     if value is not None:
-                        m.drift_component.labels(component=component.value).observe(value)
+                        m.of(m.drift_component, component.value).observe(value)
             case ReattuneQualityScore():
                 self._observe_reattunement(out.reattunement)
             case Response():
-                m.responses.labels(action=out.action.value).inc()
+                m.of(m.responses, out.action.value).inc()
                 if out.action is Action.MODEL_CHANGE_NOTICE:
                     m.model_changes_detected.inc()
                 if isinstance(out.detail, ReattuneDetail):
                     outcome = (ReattuneOutcome.COMPLETED if out.action is Action.REATTUNE_COMPLETED
                                else ReattuneOutcome.FAILED)
-                    m.reattune_outcomes.labels(outcome=outcome.value).inc()
+                    m.of(m.reattune_outcomes, outcome.value).inc()
                     self._observe_reattunement(out.detail.reattunement)
             case Escalation():
-                m.escalations.labels(kind=out.escalation.value).inc()
+                m.of(m.escalations, out.escalation.value).inc()
             case Violation():
-                m.violations.labels(rule=out.rule.value).inc()
+                m.of(m.violations, out.rule.value).inc()
             case ErasureReceipt():
                 pass
 
@@ -291,8 +293,7 @@ class Engine:
         if r.score.turns_to_baseline is not None:
             m.reattune_turns_to_baseline.observe(r.score.turns_to_baseline)
         else:
-            m.reattune_outcomes.labels(
-                outcome=ReattuneOutcome.NEVER_REACHED_BASELINE.value).inc()
+            m.of(m.reattune_outcomes, ReattuneOutcome.NEVER_REACHED_BASELINE.value).inc()
 
     def _refresh_gauges(self) -> None:
         counts = dict.fromkeys(Mode, 0)
@@ -303,7 +304,7 @@ class Engine:
             if state.ladder.hold:
                 holds += 1
         for mode, n in counts.items():
-            self.metrics.active_sessions.labels(mode=mode.value).set(n)
+            self.metrics.of(self.metrics.active_sessions, mode.value).set(n)
         self.metrics.active_holds.set(holds)
 
     # ------------------------------------------------------------------ event time

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import get_args
+from dataclasses import dataclass, field
+from typing import Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -86,6 +86,21 @@ class Metrics:
     batch_size: Histogram
     consumer_lag: Gauge
     worker_ready: Gauge
+    _children: dict[tuple[int, str], Any] = field(default_factory=dict, compare=False,
+                                                  repr=False)
+
+    def of(self, metric: Counter | Gauge | Histogram, value: str) -> Any:
+        """The child of a one-label ``metric`` for ``value``, looked up once and kept.
+
+        >>> m = build_metrics(CollectorRegistry())
+        >>> m.of(m.events, "turn") is m.events.labels(event_type="turn")
+        True
+        """
+        key = (id(metric), value)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(value)
+        return child
 
 
 def build_metrics(registry: CollectorRegistry) -> Metrics:
