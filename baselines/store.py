@@ -110,6 +110,15 @@ class BatchWrite:
         return not (self.offsets or self.states or self.dropped_states or self.baselines
                     or self.sessions)
 
+    def stage_state(self, user_id: str, partition: int, state: UserState | None) -> None:
+        """The user's latest state to store, or None to drop the user's stored state."""
+        if state is None:
+            self.states.pop(user_id, None)
+            self.dropped_states.add(user_id)
+        else:
+            self.dropped_states.discard(user_id)
+            self.states[user_id] = (partition, state)
+
 
 class StoreUnavailable(RuntimeError):
     """The database file is held by a running worker (DuckDB allows one writer process)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -13,18 +14,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import faust
 from prometheus_client.parser import text_string_to_metric_families
 
 from baselines.store import BaselineStore, StoreUnavailable
 from drift.simulation import Scenario
 from streams import topics
-from streams.app import Worker
 from streams.broker import BrokerStartError, EmbeddedBroker
 from streams.demo import cmd_demo
 from streams.present import describe_baseline
 from streams.settings import Settings, SettingsError, load_settings
 from streams.simulate import cmd_simulate
+from streams.worker import Worker
 
 EXAMPLES = """\
 examples:
@@ -196,21 +196,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_worker(settings: Settings, bootstrap: str) -> int:
-    worker = Worker(settings, bootstrap)
     print(f"worker on {bootstrap}; data in {settings.data_dir}; "
           f"metrics at http://{settings.web_host}:{settings.web_port}/metrics", file=sys.stderr)
-    runner = faust.Worker(worker.app, quiet=True, loglevel=settings.log_level.upper()
-                          if settings.log_level != "warning" else "WARN",
-                          redirect_stdouts=False)
-    runner.spinner = None
-    code = 0
-    try:
-        runner.execute_from_commandline()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        worker.close()
-    return code
+    return asyncio.run(Worker(settings, bootstrap).run())
 
 
 def _api_get(base: str, path: str, token: str | None) -> Any:

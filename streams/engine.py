@@ -5,21 +5,23 @@ of records and publishes what it returns. For each record the engine decodes,
 steps the user's fold, stages what the step asks for and observes metrics from
 the typed results; every decision is the core's.
 
-A processed batch is a :class:`PendingBatch`: its messages, and one
-:class:`~baselines.store.BatchWrite` with the users' new state, new baseline
-versions, session summaries and the next offset of every partition in it. The
-shell publishes the messages, waits for the broker's acks, then commits the
-write in one transaction, so:
+State lives in memory between checkpoints. A processed batch is a
+:class:`PendingBatch` (its messages); what it changed is staged in the engine's
+checkpoint, a :class:`~baselines.store.BatchWrite` with the changed users' state,
+new baseline versions, session summaries and the next offset of every partition.
+The shell publishes each batch's messages and waits for the broker's acks; every
+so often it takes the checkpoint (:meth:`Engine.take_checkpoint`) and commits it
+in one transaction, so:
 
-* a crash before the commit replays the batch (outputs carry derived ids, so a
-  re-published message is a duplicate consumers drop);
-* a crash after the commit skips the batch's records (their offsets are below
-  the stored next offset), whatever offset the consumer group had committed.
+* a crash before a checkpoint replays from the previous one (outputs carry
+  derived ids, so a re-published message is a duplicate consumers drop);
+* a crash after it skips what it covers (offsets below the stored next offset),
+  whatever offset the consumer group had committed.
 
 An erasure is carried out on the store while the batch is processed, in its
-own transaction (with the user's baseline versions staged earlier in the batch
-written first, so they are tombstoned and verified like older ones); the shell
-then rewrites the database file before the next batch.
+own transaction (with the user's baseline versions staged since the last
+checkpoint written first, so they are tombstoned and verified like older ones);
+the shell then checkpoints at once and rewrites the database file.
 """
 
 from __future__ import annotations
@@ -83,7 +85,6 @@ class OutMessage:
 class PendingBatch:
     """A batch that has been processed but not yet committed."""
 
-    write: BatchWrite
     messages: list[OutMessage] = field(default_factory=list)
     source_timestamps: list[float] = field(default_factory=list)
     erased: bool = False
@@ -104,6 +105,7 @@ class Engine:
         self.baselines: dict[str, UserBaselines] = {}
         self.user_partition: dict[str, int] = {}
         self.watermarks: dict[int, tuple[float, float]] = {}
+        self.pending = BatchWrite(topic=topics.INPUT)
 
     # ------------------------------------------------------------------ partitions
 
@@ -144,7 +146,7 @@ class Engine:
 
     def process(self, records: list[Record]) -> PendingBatch:
         """Apply a batch of records to memory; returns what to publish and to commit."""
-        batch = PendingBatch(BatchWrite(topic=topics.INPUT))
+        batch = PendingBatch()
         touched: dict[str, int] = {}
         self.metrics.batch_size.observe(len(records))
         now = self.clock()
@@ -152,7 +154,7 @@ class Engine:
             if record.offset < self.next_offsets.get(record.partition, 0):
                 continue
             self.next_offsets[record.partition] = record.offset + 1
-            batch.write.offsets[record.partition] = record.offset + 1
+            self.pending.offsets[record.partition] = record.offset + 1
             decoded = decode_event(record.key, record.value)
             if isinstance(decoded, Rejection):
                 self._dead_letter(record, decoded, batch)
@@ -191,32 +193,32 @@ class Engine:
             if isinstance(write, ErasureCommand):
                 self._erase(write, partition, batch)
             elif state.persistable:
-                batch.write.baselines.append((partition, write))
+                self.pending.baselines.append((partition, write))
                 self.metrics.of(self.metrics.baseline_versions, write.meta.kind.value).inc()
         for out in effects.outputs:
             self._observe(out)
             self._publish(batch, out)
         if state.persistable:
-            batch.write.sessions.extend((partition, s) for s in effects.sessions)
+            self.pending.sessions.extend((partition, s) for s in effects.sessions)
 
     def _erase(self, command: ErasureCommand, partition: int, batch: PendingBatch) -> None:
-        self._flush_pending(batch, command.user_id)
+        self._flush_pending(command.user_id)
         result = self.store.erase(command, partition)
         batch.erased = True
         self._count_erasure(result)
         self._publish(batch, receipt(command, result))
 
-    def _flush_pending(self, batch: PendingBatch, user_id: str) -> None:
-        """Write a user's baseline versions from earlier in this batch before erasing them.
+    def _flush_pending(self, user_id: str) -> None:
+        """Write a user's baseline versions staged since the checkpoint before erasing them.
 
         The erasure then finds, tombstones and verifies them like older versions.
         Writing them early is safe: versions are immutable and keyed by id, so a
         replay after a crash writes the same rows again.
         """
-        mine = [(p, b) for p, b in batch.write.baselines if b.meta.user_id == user_id]
+        mine = [(p, b) for p, b in self.pending.baselines if b.meta.user_id == user_id]
         if mine:
-            batch.write.baselines = [(p, b) for p, b in batch.write.baselines
-                                     if b.meta.user_id != user_id]
+            self.pending.baselines = [(p, b) for p, b in self.pending.baselines
+                                      if b.meta.user_id != user_id]
             self.store.commit_batch(BatchWrite(topic=topics.INPUT, baselines=mine))
 
     def _publish(self, batch: PendingBatch, out: Output) -> None:
@@ -235,10 +237,7 @@ class Engine:
     def _stage_states(self, batch: PendingBatch, touched: dict[str, int]) -> None:
         for user_id, partition in touched.items():
             state = self.states[user_id]
-            if state.persistable:
-                batch.write.states[user_id] = (partition, state)
-            else:
-                batch.write.dropped_states.add(user_id)
+            self.pending.stage_state(user_id, partition, state if state.persistable else None)
         self._refresh_gauges()
 
     # ------------------------------------------------------------------ metrics
@@ -328,7 +327,7 @@ class Engine:
 
     def tick(self) -> PendingBatch:
         """Expire unused baselines and close idle sessions, by each partition's event time."""
-        batch = PendingBatch(BatchWrite(topic=topics.INPUT))
+        batch = PendingBatch()
         touched: dict[str, int] = {}
         for user_id, state in list(self.states.items()):
             partition = self.user_partition.get(user_id)
@@ -347,13 +346,13 @@ class Engine:
 
     def erase_user(self, user_id: str, request_id: str) -> tuple[PendingBatch, ErasureReceipt]:
         """An operator's erase request for every baseline kind; returns the batch and receipt."""
-        batch = PendingBatch(BatchWrite(topic=topics.INPUT))
+        batch = PendingBatch()
         partition = self.user_partition.get(user_id, -1)
         known = user_id in self.states
         state, baselines, command = operator_erase(
             self.states.get(user_id) or initial(user_id),
             self.baselines.get(user_id, NO_BASELINES), request_id, self.config)
-        self._flush_pending(batch, user_id)
+        self._flush_pending(user_id)
         result = self.store.erase(command, partition)
         batch.erased = True
         self._count_erasure(result)
@@ -363,8 +362,13 @@ class Engine:
             self.baselines[user_id] = baselines
             self.states[user_id] = state
             if state.persistable and partition >= 0:
-                batch.write.states[user_id] = (partition, state)
+                self.pending.stage_state(user_id, partition, state)
         return batch, done
+
+    def take_checkpoint(self) -> BatchWrite:
+        """Everything changed since the last checkpoint, for one transaction; starts anew."""
+        write, self.pending = self.pending, BatchWrite(topic=topics.INPUT)
+        return write
 
     def open_session(self, user_id: str, session_id: str) -> SessionSummary | None:
         """The review API's view of a session that is still open (it is stored when it ends)."""

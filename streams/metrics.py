@@ -30,6 +30,7 @@ SCORE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 LAG_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 86400.0)
 BATCH_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2000)
+CHECKPOINT_BUCKETS = (1, 10, 100, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000)
 TURN_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 
 
@@ -86,6 +87,8 @@ class Metrics:
     batch_size: Histogram
     consumer_lag: Gauge
     worker_ready: Gauge
+    checkpoint_seconds: Histogram
+    checkpoint_records: Histogram
     _children: dict[tuple[int, str], Any] = field(default_factory=dict, compare=False,
                                                   repr=False)
 
@@ -190,6 +193,13 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
             ["partition"], registry=r),
         worker_ready=Gauge(
             "continuity_worker_ready", "1 once the worker has its partitions and state", registry=r),
+        checkpoint_seconds=Histogram(
+            "continuity_checkpoint_seconds",
+            "Time to write one checkpoint (one DuckDB transaction) and commit the group offsets",
+            buckets=LATENCY_BUCKETS, registry=r),
+        checkpoint_records=Histogram(
+            "continuity_checkpoint_records", "Input records covered by one checkpoint",
+            buckets=CHECKPOINT_BUCKETS, registry=r),
     )
     for name, labels in LABEL_VALUES.items():
         metric = getattr(metrics, name)

@@ -28,6 +28,8 @@ class Settings:
     review_token: str | None = None
     batch_max: int = 500
     batch_within_s: float = 0.05
+    fetch_wait_s: float = 0.02
+    checkpoint_interval_s: float = 1.0
     timer_interval_s: float = 5.0
     session_timeout_s: float = 6.0
     heartbeat_interval_s: float = 1.0
@@ -38,7 +40,7 @@ class Settings:
 
 _SIMPLE = {"broker": str, "data_dir": Path, "web_port": int, "web_host": str, "app_id": str,
            "partitions": int, "review_token": str, "batch_max": int, "batch_within_s": float,
-           "timer_interval_s": float, "session_timeout_s": float,
+           "fetch_wait_s": float, "checkpoint_interval_s": float, "timer_interval_s": float, "session_timeout_s": float,
            "heartbeat_interval_s": float, "rebalance_timeout_s": float, "log_level": str}
 
 

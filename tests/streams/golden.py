@@ -146,7 +146,7 @@ def run_engine(data_dir: Path) -> Iterator[tuple[str, bytes, bytes]]:
     def settle(batch: PendingBatch) -> Iterator[tuple[str, bytes, bytes]]:
         for m in batch.messages:
             yield m.topic, m.key, m.value
-        store.commit_batch(batch.write)
+        store.commit_batch(engine.take_checkpoint())
         if batch.erased:
             store.compact()
 

@@ -36,7 +36,7 @@ class Harness:
 
     def settle(self, batch: PendingBatch) -> None:
         self.messages.extend((m.topic, json.loads(m.value)) for m in batch.messages)
-        self.store.commit_batch(batch.write)
+        self.store.commit_batch(self.engine.take_checkpoint())
         if batch.erased:
             self.store.compact()
 

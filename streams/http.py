@@ -1,0 +1,123 @@
+"""The worker's HTTP endpoints on aiohttp: metrics, health, readiness and the review API."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from baselines.store import BaselineStore
+from drift.baseline import derive_id
+from drift.outputs import ErasureReceipt, SessionSummary
+from streams.present import describe_baseline
+from streams.wire import payload
+
+NOT_FOUND = {"error": "not_found",
+             "detail": "no such user or session, or not visible with this token"}
+DISABLED = {"error": "review_api_disabled",
+            "detail": "no review token is configured (set CONTINUITY_REVIEW_TOKEN)"}
+
+
+class ReviewHost(Protocol):
+    """What the endpoints need from a worker."""
+
+    registry: CollectorRegistry
+    store: BaselineStore
+    review_token: str | None
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]: ...
+
+    def open_session(self, user_id: str, session_id: str) -> SessionSummary | None: ...
+
+    async def erase_user(self, user_id: str, request_id: str) -> ErasureReceipt: ...
+
+
+def authorize(token: str | None, request: web.Request) -> web.Response | None:
+    """None when the bearer token matches; else the refusal (an unknown token looks like
+    an unknown user)."""
+    if not token:
+        return web.json_response(DISABLED, status=403)
+    header = request.headers.get("Authorization", "")
+    given = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+    if not given or not hmac.compare_digest(given.encode(), token.encode()):
+        return web.json_response(NOT_FOUND, status=404)
+    return None
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def make_app(host: ReviewHost) -> web.Application:
+    """The aiohttp application of one worker."""
+
+    def guarded(handler: Handler) -> Handler:
+        async def run(request: web.Request) -> web.StreamResponse:
+            denied = authorize(host.review_token, request)
+            return denied if denied is not None else await handler(request)
+        return run
+
+    async def metrics(_: web.Request) -> web.StreamResponse:
+        return web.Response(body=generate_latest(host.registry),
+                            content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+    async def healthz(_: web.Request) -> web.StreamResponse:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(_: web.Request) -> web.StreamResponse:
+        ok, detail = host.readiness()
+        return web.json_response({"ready": ok, **detail}, status=200 if ok else 503)
+
+    async def baselines(request: web.Request) -> web.StreamResponse:
+        user_id = request.match_info["user_id"]
+        current = host.store.user_baselines(user_id)
+        if not current.metas():
+            return web.json_response(NOT_FOUND, status=404)
+        return web.json_response({"user_id": user_id, "baselines": [
+            describe_baseline(b) for b in (current.attunement, current.semantic, current.safety)
+            if b is not None]})
+
+    async def history(request: web.Request) -> web.StreamResponse:
+        user_id = request.match_info["user_id"]
+        versions, tombstones = host.store.history(user_id)
+        if not versions and not tombstones:
+            return web.json_response(NOT_FOUND, status=404)
+        return web.json_response({
+            "user_id": user_id, "versions": [describe_baseline(b, values=False) for b in versions],
+            "tombstones": tombstones})
+
+    async def session(request: web.Request) -> web.StreamResponse:
+        user_id, session_id = request.match_info["user_id"], request.match_info["session_id"]
+        summary = host.open_session(user_id, session_id) or host.store.session(user_id,
+                                                                              session_id)
+        if summary is None:
+            return web.json_response(NOT_FOUND, status=404)
+        return web.json_response({
+            "user_id": summary.user_id, "session_id": summary.session_id,
+            "mode": summary.mode.value, "started_at": summary.started_s,
+            "ended_at": summary.ended_s, "turns": summary.turns,
+            "max_effective_tier": summary.max_tier.label, "scores": summary.scores,
+            "model_change": summary.model_change,
+            "reattune_quality_score": summary.reattune_quality})
+
+    async def erase(request: web.Request) -> web.StreamResponse:
+        user_id = request.match_info["user_id"]
+        request_id = (request.headers.get("Idempotency-Key") or request.query.get("request_id")
+                      or derive_id("api-erase", user_id))
+        if len(request_id) > 128:
+            return web.json_response({"error": "bad_request",
+                                      "detail": "request id longer than 128 characters"},
+                                     status=400)
+        return web.json_response(payload(await host.erase_user(user_id, request_id)))
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/v1/users/{user_id}/baselines", guarded(baselines))
+    app.router.add_get("/v1/users/{user_id}/baselines/history", guarded(history))
+    app.router.add_get("/v1/users/{user_id}/sessions/{session_id}", guarded(session))
+    app.router.add_post("/v1/users/{user_id}/erase", guarded(erase))
+    return app

@@ -1,0 +1,233 @@
+"""One worker: an aiokafka batch consumer, the engine, checkpoints, a producer and HTTP.
+
+The loop: ``getmany`` a batch, process it (:class:`~streams.engine.Engine`), publish
+its messages and await their acks, and every ``checkpoint_interval_s`` commit the
+engine's checkpoint to DuckDB in one transaction, then the consumer group's offsets.
+The stored offsets are the truth; the group commit only follows them. A
+checkpoint is also taken when partitions are revoked, after an erasure (then the
+database file is rewritten), and on shutdown. Any failure while processing,
+publishing or checkpointing ends the process at once (exit 70), before anything
+is checkpointed: a restart replays from the last checkpoint and re-publishes
+the same ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+from aiohttp import web
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from prometheus_client import CollectorRegistry
+
+from baselines.store import BaselineStore
+from drift.outputs import ErasureReceipt, SessionSummary
+from streams import topics
+from streams.engine import Engine, PendingBatch, Record
+from streams.http import make_app
+from streams.metrics import Metrics, build_metrics
+from streams.settings import Settings
+
+log = logging.getLogger("continuity_drift.worker")
+
+EXIT_REPLAY = 70
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self.worker.revoked({tp.partition for tp in revoked if tp.topic == topics.INPUT})
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        await self.worker.assigned({tp.partition for tp in assigned
+                                    if tp.topic == topics.INPUT})
+
+
+class Worker:
+    """The consumer loop, the engine and the store of one worker process."""
+
+    def __init__(self, settings: Settings, bootstrap: str) -> None:
+        self.settings = settings
+        self.bootstrap = bootstrap
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self.registry = CollectorRegistry()
+        self.metrics: Metrics = build_metrics(self.registry)
+        self.store = BaselineStore(settings.data_dir / "continuity.duckdb")
+        self.engine = Engine(self.store, settings.drift, self.metrics)
+        self.review_token = settings.review_token
+        self.lock = asyncio.Lock()
+        self.stopping = asyncio.Event()
+        self.processing = False
+        self._erased = False
+        self._since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
+        self._last_tick = time.monotonic()
+        self.consumer: AIOKafkaConsumer | None = None
+        self.producer: AIOKafkaProducer | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT; returns the exit code."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        runner = web.AppRunner(make_app(self), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, self.settings.web_host, self.settings.web_port).start()
+        s = self.settings
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, acks="all", linger_ms=2,
+            enable_idempotence=False, client_id=f"{s.app_id}-producer")
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=s.app_id, client_id=s.app_id,
+            enable_auto_commit=False, auto_offset_reset="earliest",
+            session_timeout_ms=int(s.session_timeout_s * 1000),
+            heartbeat_interval_ms=int(s.heartbeat_interval_s * 1000),
+            rebalance_timeout_ms=int(s.rebalance_timeout_s * 1000),
+            fetch_max_wait_ms=int(s.fetch_wait_s * 1000), max_poll_records=s.batch_max)
+        try:
+            await self.producer.start()
+            await self.consumer.start()
+            self.consumer.subscribe([topics.INPUT], listener=_Rebalance(self))
+            await self._consume()
+            async with self.lock:
+                await self._checkpoint()
+            return 0
+        finally:
+            await self.consumer.stop()
+            await self.producer.stop()
+            await runner.cleanup()
+            self.store.close()
+
+    async def _consume(self) -> None:
+        consumer = self.consumer
+        assert consumer is not None
+        s = self.settings
+        while not self.stopping.is_set():
+            fetched = await consumer.getmany(timeout_ms=int(s.batch_within_s * 1000),
+                                             max_records=s.batch_max)
+            now = time.time()
+            records = [Record(tp.partition, m.offset, m.key, m.value,
+                              m.timestamp / 1000.0 if m.timestamp else now)
+                       for tp, msgs in fetched.items() for m in msgs]
+            async with self.lock:
+                await self._guarded(self._step(records))
+            self.processing = True
+
+    async def _step(self, records: list[Record]) -> None:
+        if records:
+            self._since_checkpoint += len(records)
+            await self._publish(self.engine.process(records))
+        clock = time.monotonic()
+        if clock - self._last_tick >= self.settings.timer_interval_s:
+            self._last_tick = clock
+            await self._publish(self.engine.tick())
+            self._update_lag()
+        if self._erased or clock - self._last_checkpoint >= self.settings.checkpoint_interval_s:
+            await self._checkpoint()
+
+    async def _guarded(self, work: Awaitable[Any]) -> Any:
+        """Run ``work``; on any failure exit before a checkpoint can cover it."""
+        try:
+            return await work
+        except Exception:
+            log.exception("processing failed; exiting so that the work since the last "
+                          "checkpoint is replayed on restart")
+            logging.shutdown()
+            os._exit(EXIT_REPLAY)
+
+    # ------------------------------------------------------------------ publish, checkpoint
+
+    async def _publish(self, batch: PendingBatch) -> None:
+        producer = self.producer
+        assert producer is not None
+        if batch.erased:
+            self._erased = True
+        if not batch.messages:
+            return
+        acks = [await producer.send(m.topic, m.value, key=m.key) for m in batch.messages]
+        await asyncio.gather(*acks)
+        now = time.time()
+        for ts in batch.source_timestamps:
+            self.metrics.end_to_end_latency.observe(max(0.0, now - ts))
+
+    async def _checkpoint(self) -> None:
+        """One transaction with everything since the last checkpoint, then the group offsets."""
+        started = time.monotonic()
+        write = self.engine.take_checkpoint()
+        self.store.commit_batch(write)
+        if self._erased:
+            self.store.compact()
+            self._erased = False
+        self._last_checkpoint = time.monotonic()
+        consumer = self.consumer
+        if write.offsets and consumer is not None:
+            owned = self.engine.partitions
+            offsets = {TopicPartition(topics.INPUT, p): o for p, o in write.offsets.items()
+                       if p in owned}
+            if offsets:
+                await consumer.commit(offsets)
+        self.metrics.checkpoint_seconds.observe(time.monotonic() - started)
+        self.metrics.checkpoint_records.observe(self._since_checkpoint)
+        self._since_checkpoint = 0
+
+    # ------------------------------------------------------------------ partitions
+
+    async def assigned(self, partitions: set[int]) -> None:
+        async with self.lock:
+            await self._guarded(self._assign(partitions))
+
+    async def _assign(self, partitions: set[int]) -> None:
+        self.engine.assign(partitions)
+        consumer = self.consumer
+        assert consumer is not None
+        for p in partitions:
+            stored = self.engine.next_offsets.get(p, 0)
+            if stored > 0:
+                consumer.seek(TopicPartition(topics.INPUT, p), stored)
+        gc.collect()
+        gc.freeze()
+        self.metrics.worker_ready.set(1 if self.engine.partitions else 0)
+        log.info("partitions assigned", extra={"partitions": sorted(partitions)})
+
+    async def revoked(self, partitions: set[int]) -> None:
+        async with self.lock:
+            await self._guarded(self._checkpoint())
+            self.engine.revoke(partitions)
+        self.metrics.worker_ready.set(1 if self.engine.partitions else 0)
+        log.info("partitions revoked", extra={"partitions": sorted(partitions)})
+
+    def _update_lag(self) -> None:
+        consumer = self.consumer
+        assert consumer is not None
+        for p in self.engine.partitions:
+            high = consumer.highwater(TopicPartition(topics.INPUT, p))
+            if high is None:
+                continue
+            behind = max(0, int(high) - self.engine.next_offsets.get(p, 0))
+            self.metrics.consumer_lag.labels(partition=str(p)).set(behind)
+
+    # ------------------------------------------------------------------ HTTP host
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        ok = bool(self.engine.partitions) and self.processing
+        return ok, {"partitions": sorted(self.engine.partitions)}
+
+    def open_session(self, user_id: str, session_id: str) -> SessionSummary | None:
+        return self.engine.open_session(user_id, session_id)
+
+    async def erase_user(self, user_id: str, request_id: str) -> ErasureReceipt:
+        async with self.lock:
+            batch, receipt = self.engine.erase_user(user_id, request_id)
+            await self._guarded(self._publish(batch))
+            await self._guarded(self._checkpoint())
+        return receipt
