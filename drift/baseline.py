@@ -6,6 +6,7 @@ A baseline version is immutable: folding a session returns a new value with
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 
@@ -41,7 +42,7 @@ class BaselineMeta:
     expires_at_s: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class AttunementBaseline:
     """Recency-ordered window stats of recent sessions, and the last late-session profile.
 
@@ -64,20 +65,24 @@ class AttunementBaseline:
                 out.append((stats, decay ** age))
         return out
 
+    @functools.cached_property
     def pooled(self) -> tuple[tuple[float, ...], int]:
-        """Within-window sum of squared deviations per feature, and its degrees of freedom."""
-        m2 = np.zeros(len(self.features))
+        """Within-window sum of squared deviations per feature, and its degrees of freedom.
+
+        Computed once per version (the value is immutable), not at every checkpoint.
+        """
+        m2 = [0.0] * len(self.features)
         df = 0
         for windows in self.sessions:
             for stats in windows:
                 if stats is not None and stats.n > 0:
-                    m2 += np.asarray(stats.m2)
+                    m2 = [a + b for a, b in zip(m2, stats.m2)]
                     df += stats.n - 1
-        return tuple(float(x) for x in m2), df
+        return tuple(m2), df
 
     def turn_sd(self) -> np.ndarray:
         """Pooled within-window standard deviation per feature (floored)."""
-        m2, df = self.pooled()
+        m2, df = self.pooled
         return np.sqrt(np.maximum(np.asarray(m2) / max(df, 1), 1e-6))
 
 

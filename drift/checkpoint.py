@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from drift import ladder
 from drift.baseline import Baseline, UserBaselines, derive_id
 from drift.evolve import evolve
@@ -71,11 +69,11 @@ def attunement_test(session: SessionState, baselines: UserBaselines, config: Dri
     windows = [(s.restrict(base_idx), wt) for s, wt in base.window(w, config.recency_decay)]
     if sum(s.n for s, _ in windows) < config.min_baseline_turns:
         return None
-    m2_all, df = base.pooled()
+    m2_all, df = base.pooled
     if df < 2:
         return None
     cols = [FEATURES.index(f) for f in feats]
-    rows = np.asarray(rows_now)[:, cols]
+    rows = [[row[c] for c in cols] for row in rows_now]
     pooled = (tuple(m2_all[i] for i in base_idx), df)
     return score_attunement_drift(rows, feats, windows, pooled, looks + 1, w, config)
 

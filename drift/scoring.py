@@ -9,7 +9,7 @@ with probability ``alpha_high``, however few turns the checkpoint holds. See
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,31 +145,60 @@ def severity(p_adjusted: float, config: DriftConfig) -> float:
     return min(1.0, max(0.0, value))
 
 
-def _continuous_test(
-    current: np.ndarray, baseline: list[tuple[WindowStats, float]], j: int,
+def array_sum(values: Sequence[float]) -> float:
+    """``numpy.sum`` of ``values``, bit for bit, without building an array.
+
+    NumPy adds short runs in order and longer ones pairwise in blocks of eight;
+    the scores must not depend on which of the two computed them.
+
+    >>> xs = [0.1 * k for k in range(1, 20)]
+    >>> array_sum(xs) == float(np.sum(xs)), array_sum(xs[:5]) == float(np.sum(xs[:5]))
+    (True, True)
+    """
+    n = len(values)
+    if n < 8:
+        total = -0.0
+        for x in values:
+            total += x
+        return total
+    if n <= 128:
+        r = list(values[:8])
+        i = 8
+        while i < n - n % 8:
+            for j in range(8):
+                r[j] += values[i + j]
+            i += 8
+        total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        for x in values[i:]:
+            total += x
+        return total
+    half = n // 2
+    half -= half % 8
+    return array_sum(values[:half]) + array_sum(values[half:])
+
+
+def _t_statistic(
+    current: Sequence[float], baseline: list[tuple[WindowStats, float]], j: int,
     pooled_m2: float, pooled_df: int,
-) -> tuple[float, float]:
-    """Pooled-variance two-sample t-test of one feature; returns (t, p)."""
-    k = current.shape[0]
-    weights = np.array([w for _, w in baseline])
-    means = np.array([s.mean[j] for s, _ in baseline])
-    counts = np.array([s.n for s, _ in baseline], dtype=float)
-    total = weights.sum()
-    mu_b = float((weights * means).sum() / total)
-    v_b = float(((weights / total) ** 2 / counts).sum())
-    cur_mean = float(current[:, j].mean())
-    m2 = pooled_m2 + float(((current[:, j] - cur_mean) ** 2).sum())
+) -> tuple[float, int]:
+    """Pooled-variance two-sample t statistic of one feature's ``current`` values and its df."""
+    k = len(current)
+    weights = [w for _, w in baseline]
+    total = array_sum(weights)
+    mu_b = array_sum([w * s.mean[j] for s, w in baseline]) / total
+    v_b = array_sum([(w / total) * (w / total) / float(s.n) for s, w in baseline])
+    cur_mean = array_sum(current) / k
+    m2 = pooled_m2 + array_sum([(x - cur_mean) * (x - cur_mean) for x in current])
     df = pooled_df + k - 1
     var = max(m2 / df, _VAR_FLOOR)
-    t = (cur_mean - mu_b) / math.sqrt(var * (1.0 / k + v_b))
-    return t, float(2.0 * special.stdtr(df, -abs(t)))
+    return (cur_mean - mu_b) / math.sqrt(var * (1.0 / k + v_b)), df
 
 
-def _binary_test(current: np.ndarray, baseline: list[tuple[WindowStats, float]], j: int
+def _binary_test(current: Sequence[float], baseline: list[tuple[WindowStats, float]], j: int
                  ) -> tuple[float, float]:
     """Fisher's exact test of a rate against the baseline's; returns (delta, p)."""
-    k = current.shape[0]
-    c = round(float(current[:, j].sum()))
+    k = len(current)
+    c = round(array_sum(current))
     n = int(sum(s.n for s, _ in baseline))
     b = round(sum(s.mean[j] * s.n for s, _ in baseline))
     return c / k - b / max(n, 1), fisher_exact_p(c, k, b, n)
@@ -197,7 +226,7 @@ def fisher_exact_p(a: int, row_a: int, b: int, row_b: int) -> float:
 
 
 def score_attunement_drift(
-    current: np.ndarray,
+    current: Sequence[Sequence[float]],
     features: tuple[str, ...],
     baseline_windows: list[tuple[WindowStats, float]],
     pooled: tuple[tuple[float, ...], int],
@@ -207,7 +236,8 @@ def score_attunement_drift(
 ) -> AttunementTest:
     """Test one checkpoint window of turns against the baseline's same window.
 
-    ``current`` holds the window's transformed dynamics, ``(turns, len(features))``.
+    ``current`` holds the window's transformed dynamics, one row of ``len(features)``
+    values per turn.
     ``baseline_windows`` holds, per baseline session, that window's stats and its
     recency weight. ``pooled`` is the baseline's within-window sum of squared
     deviations per feature and its degrees of freedom.
@@ -232,31 +262,46 @@ def score_attunement_drift(
     >>> shifted.features[0].feature in CORE_FEATURES
     True
     """
-    tests: list[FeatureTest] = []
     pooled_m2, pooled_df = pooled
+    deltas: list[float] = []
+    p_values: list[float] = []
+    t_at: list[int] = []
+    ts: list[float] = []
+    dfs: list[int] = []
     for j, feature in enumerate(features):
+        column = [float(row[j]) for row in current]
         if feature in BINARY_FEATURES:
-            delta, p = _binary_test(current, baseline_windows, j)
+            delta, p = _binary_test(column, baseline_windows, j)
+            deltas.append(delta)
+            p_values.append(p)
         else:
-            t, p = _continuous_test(current, baseline_windows, j, pooled_m2[j], pooled_df)
-            delta = t
-        z = float(-special.ndtri(max(p, _FLOOR_P) / 2.0))
-        tests.append(FeatureTest(feature, z, p, delta))
+            t, df = _t_statistic(column, baseline_windows, j, pooled_m2[j], pooled_df)
+            deltas.append(t)
+            p_values.append(math.nan)
+            t_at.append(j)
+            ts.append(-abs(t))
+            dfs.append(df)
+    # One call per special function for all features: a ufunc call costs microseconds.
+    if ts:
+        for j, p in zip(t_at, (2.0 * special.stdtr(dfs, ts)).tolist()):
+            p_values[j] = p
+    zs = (-special.ndtri([max(p, _FLOOR_P) / 2.0 for p in p_values])).tolist()
+    tests = [FeatureTest(f, z, p, d) for f, z, p, d in zip(features, zs, p_values, deltas)]
     core = [t for t in tests if t.feature in CORE_FEATURES]
     rest = [t for t in tests if t.feature not in CORE_FEATURES]
     groups = [(g, share) for g, share in ((core, config.core_share),
                                           (rest, 1.0 - config.core_share)) if g]
     if len(groups) == 1:
         groups = [(groups[0][0], 1.0)]
+    chis = [sum(t.z ** 2 for t in group) for group, _ in groups]
+    p_groups = special.chdtrc([len(group) for group, _ in groups], chis).tolist()
     p_value = 1.0
-    for group, share in groups:
-        chi = sum(t.z ** 2 for t in group)
-        p_group = float(special.chdtrc(len(group), chi))
+    for (_, share), p_group in zip(groups, p_groups):
         p_value = min(p_value, p_group / share)
     p_value = min(1.0, p_value)
     p_adj = min(1.0, p_value / look_share(look, config))
     ranked = tuple(sorted(tests, key=lambda t: -t.z))
-    return AttunementTest(p_value, p_adj, look, window, int(current.shape[0]), ranked,
+    return AttunementTest(p_value, p_adj, look, window, len(current), ranked,
                           severity(p_adj, config))
 
 

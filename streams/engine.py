@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from prometheus_client import Counter
+
 from baselines.store import BaselineStore, BatchWrite
 from drift.baseline import UserBaselines, derive_id
 from drift.erasure import operator_erase, receipt
@@ -76,9 +78,12 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class OutMessage:
+    """A message to publish; ``partition`` is the input partition it came from (-1: none)."""
+
     topic: str
     key: bytes
     value: bytes
+    partition: int
 
 
 @dataclass
@@ -106,6 +111,7 @@ class Engine:
         self.user_partition: dict[str, int] = {}
         self.watermarks: dict[int, tuple[float, float]] = {}
         self.pending = BatchWrite(topic=topics.INPUT)
+        self._counts: dict[tuple[Counter, str], int] = {}
 
     # ------------------------------------------------------------------ partitions
 
@@ -163,6 +169,7 @@ class Engine:
             if self._process_event(decoded, record.partition, batch, touched, now):
                 batch.source_timestamps.append(record.timestamp_s)
         self._stage_states(batch, touched)
+        self._flush_counts()
         return batch
 
     def _process_event(self, event: FhrEvent, partition: int, batch: PendingBatch,
@@ -197,7 +204,7 @@ class Engine:
                 self.metrics.of(self.metrics.baseline_versions, write.meta.kind.value).inc()
         for out in effects.outputs:
             self._observe(out)
-            self._publish(batch, out)
+            self._publish(batch, out, partition)
         if state.persistable:
             self.pending.sessions.extend((partition, s) for s in effects.sessions)
 
@@ -206,7 +213,7 @@ class Engine:
         result = self.store.erase(command, partition)
         batch.erased = True
         self._count_erasure(result)
-        self._publish(batch, receipt(command, result))
+        self._publish(batch, receipt(command, result), partition)
 
     def _flush_pending(self, user_id: str) -> None:
         """Write a user's baseline versions staged since the checkpoint before erasing them.
@@ -221,10 +228,11 @@ class Engine:
                                       if b.meta.user_id != user_id]
             self.store.commit_batch(BatchWrite(topic=topics.INPUT, baselines=mine))
 
-    def _publish(self, batch: PendingBatch, out: Output) -> None:
+    def _publish(self, batch: PendingBatch, out: Output, partition: int) -> None:
         topic = topics.OUTPUT_TOPICS[out.kind]
-        self.metrics.of(self.metrics.outputs, topic).inc()
-        batch.messages.append(OutMessage(topic, out.user_id.encode("utf-8"), encode(out)))
+        self._count(self.metrics.outputs, topic)
+        batch.messages.append(OutMessage(topic, out.user_id.encode("utf-8"), encode(out),
+                                         partition))
 
     def _dead_letter(self, record: Record, rejection: Rejection, batch: PendingBatch) -> None:
         self.metrics.of(self.metrics.rejections, rejection.reason).inc()
@@ -232,7 +240,8 @@ class Engine:
             derive_id("deadletter", topics.INPUT, str(record.partition), str(record.offset)),
             rejection.reason, topics.INPUT, record.partition, record.offset,
             rejection.event_id, rejection.fields)
-        batch.messages.append(OutMessage(topics.DEADLETTER, record.key or b"", encode(letter)))
+        batch.messages.append(OutMessage(topics.DEADLETTER, record.key or b"", encode(letter),
+                                         record.partition))
 
     def _stage_states(self, batch: PendingBatch, touched: dict[str, int]) -> None:
         for user_id, partition in touched.items():
@@ -242,14 +251,24 @@ class Engine:
 
     # ------------------------------------------------------------------ metrics
 
+    def _count(self, counter: Counter, value: str) -> None:
+        """Count one ``value`` of a one-label counter; the counters move once per batch."""
+        key = (counter, value)
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def _flush_counts(self) -> None:
+        for (counter, value), n in self._counts.items():
+            self.metrics.of(counter, value).inc(n)
+        self._counts.clear()
+
     def _count_event(self, event: FhrEvent) -> None:
         m = self.metrics
-        m.of(m.events, event.event_type).inc()
+        self._count(m.events, event.event_type)
         body = event.body
         if isinstance(body, MemoryWrite):
-            m.of(m.memory_writes, body.memory_class).inc()
+            self._count(m.memory_writes, body.memory_class)
         elif isinstance(body, MemoryWriteBlocked):
-            m.of(m.memory_writes_blocked, body.reason).inc()
+            self._count(m.memory_writes_blocked, body.reason)
         elif isinstance(body, NoticeShown):
             m.model_change_notices_shown.inc()
 
@@ -340,6 +359,7 @@ class Engine:
             self._apply(result, partition, batch)
             touched[user_id] = partition
         self._stage_states(batch, touched)
+        self._flush_counts()
         return batch
 
     # ------------------------------------------------------------------ review API
@@ -357,7 +377,8 @@ class Engine:
         batch.erased = True
         self._count_erasure(result)
         done = receipt(command, result)
-        self._publish(batch, done)
+        self._publish(batch, done, partition)
+        self._flush_counts()
         if known:
             self.baselines[user_id] = baselines
             self.states[user_id] = state

@@ -70,6 +70,7 @@ class Worker:
         self._since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         self._last_tick = time.monotonic()
+        self._copartitioned: set[str] = set()
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
 
@@ -96,6 +97,7 @@ class Worker:
             fetch_max_wait_ms=int(s.fetch_wait_s * 1000), max_poll_records=s.batch_max)
         try:
             await self.producer.start()
+            await self._learn_partitions()
             await self.consumer.start()
             self.consumer.subscribe([topics.INPUT], listener=_Rebalance(self))
             await self._consume()
@@ -154,11 +156,24 @@ class Worker:
             self._erased = True
         if not batch.messages:
             return
-        acks = [await producer.send(m.topic, m.value, key=m.key) for m in batch.messages]
+        same = self._copartitioned
+        acks = [await producer.send(m.topic, m.value, key=m.key,
+                                    partition=m.partition if m.topic in same else None)
+                for m in batch.messages]
         await asyncio.gather(*acks)
         now = time.time()
         for ts in batch.source_timestamps:
             self.metrics.end_to_end_latency.observe(max(0.0, now - ts))
+
+    async def _learn_partitions(self) -> None:
+        """Output topics with as many partitions as the input get each message on its input
+        partition: co-partitioned by user, without running the partitioner per message."""
+        producer = self.producer
+        assert producer is not None
+        wanted = len(await producer.partitions_for(topics.INPUT))
+        for topic in (*topics.OUTPUT_TOPICS.values(), topics.DEADLETTER):
+            if len(await producer.partitions_for(topic)) == wanted:
+                self._copartitioned.add(topic)
 
     async def _checkpoint(self) -> None:
         """One transaction with everything since the last checkpoint, then the group offsets."""
