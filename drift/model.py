@@ -247,7 +247,7 @@ class DriftConfig:
     high_resonance_turns: int = 3
     ttl_light_s: float = 30 * 86400.0
     ttl_full_s: float = 90 * 86400.0
-    recent_event_ids: int = 512
+    recent_event_ids: int = 128
     late_profile_turns: int = 3
     extra: dict[str, str] = field(default_factory=dict)
 

@@ -19,6 +19,8 @@ from drift.state import SessionState, UserState
 from tests.streams.golden import golden_events
 
 FIXTURE = Path(__file__).parent / "fixtures" / "user_state_v1.msgpack"
+#: The configuration the fixture was written with (the first release kept 512 event ids).
+FIRST_RELEASE = DriftConfig(recent_event_ids=512)
 
 
 def _without_review_counts(state: UserState) -> UserState:
@@ -39,7 +41,7 @@ def _fixture() -> tuple[int, dict[str, bytes]]:
 
 def test_state_written_by_the_first_release_loads_as_the_same_state() -> None:
     cut, blobs = _fixture()
-    replay = MemoryReplay(DriftConfig())
+    replay = MemoryReplay(FIRST_RELEASE)
     for event in golden_events()[:cut]:
         replay.feed(event)
     assert set(blobs) == set(replay.states)
@@ -54,10 +56,10 @@ def test_state_written_by_the_first_release_loads_as_the_same_state() -> None:
 def test_the_fold_goes_on_from_first_release_state_as_if_never_stopped() -> None:
     cut, blobs = _fixture()
     events = golden_events()
-    continuous = MemoryReplay(DriftConfig())
+    continuous = MemoryReplay(FIRST_RELEASE)
     for event in events[:cut]:
         continuous.feed(event)
-    resumed = MemoryReplay(DriftConfig(), {u: decode_state(b) for u, b in blobs.items()},
+    resumed = MemoryReplay(FIRST_RELEASE, {u: decode_state(b) for u, b in blobs.items()},
                            dict(continuous.baselines))
     for event in events[cut:]:
         assert resumed.feed(event) == continuous.feed(event)
