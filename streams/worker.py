@@ -26,7 +26,7 @@ from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from baselines.store import BaselineStore
+from baselines.store import BaselineStore, BatchWrite
 from drift.outputs import ErasureReceipt, SessionSummary
 from streams import topics
 from streams.engine import Engine, PendingBatch, Record
@@ -71,6 +71,7 @@ class Worker:
         self._last_checkpoint = time.monotonic()
         self._last_tick = time.monotonic()
         self._copartitioned: set[str] = set()
+        self._inflight: asyncio.Task[None] | None = None
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
 
@@ -135,7 +136,7 @@ class Worker:
             await self._publish(self.engine.tick())
             self._update_lag()
         if self._erased or clock - self._last_checkpoint >= self.settings.checkpoint_interval_s:
-            await self._checkpoint()
+            await self._checkpoint(wait=False)
 
     async def _guarded(self, work: Awaitable[Any]) -> Any:
         """Run ``work``; on any failure exit before a checkpoint can cover it."""
@@ -158,7 +159,8 @@ class Worker:
             return
         same = self._copartitioned
         acks = [await producer.send(m.topic, m.value, key=m.key,
-                                    partition=m.partition if m.topic in same else None)
+                                    partition=m.partition if m.partition >= 0 and m.topic in same
+                                    else None)
                 for m in batch.messages]
         await asyncio.gather(*acks)
         now = time.time()
@@ -175,25 +177,49 @@ class Worker:
             if len(await producer.partitions_for(topic)) == wanted:
                 self._copartitioned.add(topic)
 
-    async def _checkpoint(self) -> None:
-        """One transaction with everything since the last checkpoint, then the group offsets."""
-        started = time.monotonic()
+    async def _checkpoint(self, wait: bool = True) -> None:
+        """One transaction with everything since the last checkpoint, then the group offsets.
+
+        Checkpoints commit in order, one at a time. Unless ``wait`` (revoke, shutdown, the
+        review API) or an erasure asks for it at once, the DuckDB write runs in a thread
+        while the loop goes on with the next batches.
+        """
+        await self._settle()
         write = self.engine.take_checkpoint()
-        self.store.commit_batch(write)
-        if self._erased:
-            self.store.compact()
-            self._erased = False
+        compact, self._erased = self._erased, False
+        records, self._since_checkpoint = self._since_checkpoint, 0
         self._last_checkpoint = time.monotonic()
-        consumer = self.consumer
-        if write.offsets and consumer is not None:
+        task = asyncio.create_task(self._commit(write, compact, records))
+        if wait or compact:
+            await task
+        else:
+            self._inflight = task
+
+    async def _settle(self) -> None:
+        """Wait for the checkpoint in flight, if any."""
+        task, self._inflight = self._inflight, None
+        if task is not None:
+            await task
+
+    async def _commit(self, write: BatchWrite, compact: bool, records: int) -> None:
+        started = time.monotonic()
+        try:
+            await asyncio.to_thread(self.store.commit_batch, write)
+            if compact:
+                await asyncio.to_thread(self.store.compact)
+            consumer = self.consumer
             owned = self.engine.partitions
             offsets = {TopicPartition(topics.INPUT, p): o for p, o in write.offsets.items()
                        if p in owned}
-            if offsets:
+            if offsets and consumer is not None:
                 await consumer.commit(offsets)
+        except Exception:
+            log.exception("checkpoint failed; exiting so that the work since the last "
+                          "checkpoint is replayed on restart")
+            logging.shutdown()
+            os._exit(EXIT_REPLAY)
         self.metrics.checkpoint_seconds.observe(time.monotonic() - started)
-        self.metrics.checkpoint_records.observe(self._since_checkpoint)
-        self._since_checkpoint = 0
+        self.metrics.checkpoint_records.observe(records)
 
     # ------------------------------------------------------------------ partitions
 
