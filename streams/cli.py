@@ -45,7 +45,7 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {"ts": round(record.created, 3), "level": record.levelname.lower(),
                                "logger": record.name, "msg": record.getMessage()}
-        for key in ("partitions", "bootstrap", "port", "topics"):
+        for key in ("partitions", "bootstrap", "port", "topics", "offset", "error_type"):
             if hasattr(record, key):
                 out[key] = getattr(record, key)
         if record.exc_info:

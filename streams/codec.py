@@ -33,11 +33,12 @@ BlockReason = Literal["ae_active", "care_override", "crisis", "high_resonance_no
 
 MAX_TEXT = 500
 
-#: Every reason code a rejection can carry (the dead-letter ``reason``).
+#: Every reason code a dead letter can carry: why a record did not decode, or
+#: ``processing_error`` for one that decoded but whose processing raised.
 REJECTION_REASONS = (
-    "invalid_json", "unknown_schema", "unknown_event_type", "unknown_field", "missing_field",
-    "wrong_type", "out_of_range", "invalid_value", "invalid_timestamp", "raw_content_rejected",
-    "key_mismatch")
+    "invalid_json", "too_deep", "unknown_schema", "unknown_event_type", "unknown_field",
+    "missing_field", "wrong_type", "out_of_range", "invalid_value", "invalid_timestamp",
+    "raw_content_rejected", "key_mismatch", "processing_error")
 
 
 class _Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="event_type",
@@ -220,11 +221,17 @@ def decode_event(key: bytes | None, value: bytes | None) -> m.FhrEvent | Rejecti
     if value is None:
         return Rejection("invalid_json", ())
     try:
-        wire = _decoder.decode(value)
-    except msgspec.ValidationError as exc:
-        return _classify(value, str(exc))
+        try:
+            wire = _decoder.decode(value)
+        except msgspec.ValidationError as exc:
+            classified = _classify(value, str(exc))
+            if isinstance(classified, Rejection):
+                return classified
+            wire = classified
     except msgspec.DecodeError:
         return Rejection("invalid_json", ())
+    except RecursionError:
+        return Rejection("too_deep", ())
     if isinstance(wire, BaselineReconfirmedEvent) and len(set(wire.kinds)) != len(wire.kinds):
         return Rejection("out_of_range", ("kinds",), wire.event_id)
     if key is None or key != wire.user_id.encode("utf-8"):
@@ -270,8 +277,9 @@ def _readable_event_id(obj: Any) -> str | None:
     return None
 
 
-def _classify(value: bytes, message: str) -> m.FhrEvent | Rejection:
-    """Turn a validation failure into a reason code and field names (slow path only)."""
+def _classify(value: bytes, message: str) -> WireEvent | Rejection:
+    """Turn a validation failure into a reason code and field names (slow path only), or
+    the event itself when only integral floats stood for integers."""
     try:
         generic = msgspec.json.decode(value)
     except msgspec.DecodeError:
@@ -283,7 +291,8 @@ def _classify(value: bytes, message: str) -> m.FhrEvent | Rejection:
         return Rejection("raw_content_rejected", tuple(sorted(set(long_strings))), event_id)
     if "got `float`" in message and "Expected `int`" in message:
         try:
-            return to_domain(msgspec.convert(_integral_floats(generic), WireEvent))
+            converted: WireEvent = msgspec.convert(_integral_floats(generic), WireEvent)
+            return converted
         except msgspec.ValidationError as exc:
             message = str(exc)
     if not isinstance(generic, dict):

@@ -95,6 +95,15 @@ class PendingBatch:
     erased: bool = False
 
 
+def _processing_error(exc: Exception, event_id: str | None, record: Record) -> Rejection:
+    """A record whose processing raised: logged by type and place only (the message of an
+    exception may quote values), dead-lettered, and not retried."""
+    log.error("record could not be processed; dead-lettered as processing_error",
+              extra={"partitions": [record.partition], "offset": record.offset,
+                     "error_type": type(exc).__name__})
+    return Rejection("processing_error", (), event_id)
+
+
 class Engine:
     """Per-partition user state in memory, backed by a :class:`BaselineStore`."""
 
@@ -161,26 +170,35 @@ class Engine:
                 continue
             self.next_offsets[record.partition] = record.offset + 1
             self.pending.offsets[record.partition] = record.offset + 1
-            decoded = decode_event(record.key, record.value)
-            if isinstance(decoded, Rejection):
-                self._dead_letter(record, decoded, batch)
-                batch.source_timestamps.append(record.timestamp_s)
-                continue
-            if self._process_event(decoded, record.partition, batch, touched, now):
-                batch.source_timestamps.append(record.timestamp_s)
+            try:
+                decoded = decode_event(record.key, record.value)
+            except Exception as exc:  # noqa: BLE001 - no record may stop a partition
+                decoded = _processing_error(exc, None, record)
+            if isinstance(decoded, FhrEvent):
+                try:
+                    result = step(self.states.get(decoded.user_id) or initial(decoded.user_id),
+                                  self.baselines.get(decoded.user_id, NO_BASELINES), decoded,
+                                  self.config)
+                except Exception as exc:  # noqa: BLE001 - the fold is pure: state unchanged
+                    decoded = _processing_error(exc, decoded.event_id, record)
+                else:
+                    if self._process_event(decoded, result, record.partition, batch, touched,
+                                           now):
+                        batch.source_timestamps.append(record.timestamp_s)
+                    continue
+            self._dead_letter(record, decoded, batch)
+            batch.source_timestamps.append(record.timestamp_s)
         self._stage_states(batch, touched)
         self._flush_counts()
         return batch
 
-    def _process_event(self, event: FhrEvent, partition: int, batch: PendingBatch,
-                       touched: dict[str, int], now: float) -> bool:
+    def _process_event(self, event: FhrEvent, result: Step, partition: int,
+                       batch: PendingBatch, touched: dict[str, int], now: float) -> bool:
         self._count_event(event)
         self.metrics.event_time_lag.observe(max(0.0, now - event.ts_s))
         user_id = event.user_id
         self.user_partition[user_id] = partition
         self._advance_watermark(partition, event.ts_s, now)
-        result = step(self.states.get(user_id) or initial(user_id),
-                      self.baselines.get(user_id, NO_BASELINES), event, self.config)
         if result.effects.duplicate:
             self.states.setdefault(user_id, result.state)
             return False

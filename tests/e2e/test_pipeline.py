@@ -142,3 +142,27 @@ def test_sigkill_mid_stream_loses_nothing_and_counts_nothing_twice(broker, start
     assert output_ids(broker.read(topics.SCORES)) == expected
     metrics = worker.metrics_text()
     assert "continuity_events_total" in metrics
+
+
+def test_a_record_no_decoder_can_read_does_not_stop_the_worker(broker, start_worker):
+    worker = start_worker()
+    before = UserScript("poison-before", seed=21)
+    after = UserScript("poison-after", seed=22)
+    for i in range(2):
+        before.session(f"pb-{i}")
+        after.session(f"pa-{i}")
+    broker.send_events(before.events)
+    broker.send_raw(b"poison-before", b"[" * 5000 + b"]" * 5000)
+    broker.send_raw(b"poison-before", '{"schema": "fhr/1"}'.encode("utf-16"))
+    broker.send_raw(None, b"\x00\xff" * 100)
+    broker.send_events(after.events)
+
+    def settled():
+        scored = {m["user_id"] for m in broker.read(topics.SCORES)}
+        return {"poison-before", "poison-after"} <= scored and broker.read(topics.DEADLETTER)
+
+    wait_until(settled, 90, "scores of the users before and after the poison records")
+    wait_until(lambda: len(broker.read(topics.DEADLETTER)) >= 3, 30, "three dead letters")
+    reasons = sorted(m["reason"] for m in broker.read(topics.DEADLETTER))
+    assert reasons == ["invalid_json", "invalid_json", "too_deep"]
+    assert worker.proc is not None and worker.proc.poll() is None
