@@ -85,8 +85,10 @@ def _parser() -> argparse.ArgumentParser:
                     "publishes. Stops on Ctrl-C or after --duration seconds.",
         epilog="example:\n  continuity-drift demo --users 20 --duration 60",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    demo.add_argument("--users", type=int, default=12, help="users per scenario (default 12)")
-    demo.add_argument("--rate", type=float, default=1500.0, help="events per second (default 1500)")
+    demo.add_argument("--users", type=_positive_int, default=12,
+                      help="users per scenario (default 12)")
+    demo.add_argument("--rate", type=_positive_float, default=1500.0,
+                      help="events per second (default 1500)")
     demo.add_argument("--seed", type=int, default=7)
     demo.add_argument("--duration", type=float, default=0.0,
                       help="stop after this many seconds (default: run until Ctrl-C)")
@@ -106,7 +108,8 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--broker", required=True, help="Kafka bootstrap HOST:PORT")
     sim.add_argument("--scenario", action="append", choices=[s.value for s in Scenario],
                      help="repeat for several; default: every scenario")
-    sim.add_argument("--users", type=int, default=10, help="users per scenario (default 10)")
+    sim.add_argument("--users", type=_positive_int, default=10,
+                     help="users per scenario (default 10)")
     sim.add_argument("--seed", type=int, default=1)
     sim.add_argument("--rate", type=float, default=0.0,
                      help="events per second (default 0: as fast as possible)")
@@ -152,6 +155,28 @@ def _parser() -> argparse.ArgumentParser:
     tps.add_argument("--partitions", type=int, default=4)
     tps.add_argument("--replication", type=int, default=1)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """An argparse type: a number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not above 0")
+    return value
 
 
 def _worker_flags(p: argparse.ArgumentParser) -> None:

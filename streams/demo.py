@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -24,7 +25,10 @@ from streams.simulate import kafka_producer, merged_events, produce
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    data_dir = args.data_dir or Path("demo-data") / time.strftime("%Y%m%d-%H%M%S")
+    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="continuity-drift-demo-"))
+    truth: list[TruthRow] = []
+    events = list(merged_events(args.seed, list(Scenario), args.users,
+                                time.time() - 10 * 86400, SimParams(), truth))
     with EmbeddedBroker(log_path=None) as broker:
         print(f"embedded broker (in memory) at {broker.bootstrap}")
         topics.create_topics(broker.bootstrap, 4)
@@ -33,57 +37,66 @@ def cmd_demo(args: argparse.Namespace) -> int:
         worker = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "run", "--broker", broker.bootstrap,
              "--data-dir", str(data_dir), "--web-port", str(args.web_port)], env=env)
-        consumer = KafkaConsumer(
-            topics.SCORES, topics.RESPONSES, topics.ESCALATIONS, topics.VIOLATIONS,
-            topics.RECEIPTS, topics.DEADLETTER, bootstrap_servers=broker.bootstrap,
-            auto_offset_reset="earliest", group_id=None, consumer_timeout_ms=200)
-        stop = {"now": False}
+        try:
+            return _watch(args, broker.bootstrap, worker, events, data_dir,
+                          env["CONTINUITY_REVIEW_TOKEN"])
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
 
-        def _stop(*_: Any) -> None:
-            stop["now"] = True
 
-        signal.signal(signal.SIGINT, _stop)
-        signal.signal(signal.SIGTERM, _stop)
-        truth: list[TruthRow] = []
-        events = list(merged_events(args.seed, list(Scenario), args.users,
-                                    time.time() - 10 * 86400, SimParams(), truth))
+def _watch(args: argparse.Namespace, bootstrap: str, worker: subprocess.Popen[bytes],
+           events: list[FhrEvent], data_dir: Path, token: str) -> int:
+    """Send the traffic and print what the service publishes until Ctrl-C or --duration."""
+    consumer = KafkaConsumer(
+        topics.SCORES, topics.RESPONSES, topics.ESCALATIONS, topics.VIOLATIONS,
+        topics.RECEIPTS, topics.DEADLETTER, bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest", group_id=None, consumer_timeout_ms=200)
+    stop = {"now": False}
+
+    def _stop(*_: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    try:
         print(f"metrics:  http://127.0.0.1:{args.web_port}/metrics")
-        print(f"review:   curl -H 'Authorization: Bearer {env['CONTINUITY_REVIEW_TOKEN']}' "
+        print(f"review:   curl -H 'Authorization: Bearer {token}' "
               f"http://127.0.0.1:{args.web_port}/v1/users/{events[0].user_id}/baselines")
         print(f"data:     {data_dir}")
         print(f"sending {len(events)} events from {len(Scenario)} scenarios x {args.users} users "
               f"at {args.rate:.0f}/s; Ctrl-C stops")
         events.extend(_governance_erasures(events))
         sender = threading.Thread(target=_send_traffic,
-                                  args=(broker.bootstrap, events, args.rate), daemon=True)
+                                  args=(bootstrap, events, args.rate), daemon=True)
         sender.start()
         tally: dict[str, Counter[str]] = {t: Counter() for t in (
             "scores", "tiers", "responses", "violations", "escalations", "receipts",
             "deadletters")}
         started = time.monotonic()
         last_print = 0.0
-        try:
-            while not stop["now"]:
-                if worker.poll() is not None:
-                    print("worker exited; stopping", file=sys.stderr)
-                    return 1
-                for msg in consumer:
-                    _tally(tally, msg.topic, json.loads(msg.value))
-                now = time.monotonic()
-                if now - last_print >= 2.0:
-                    last_print = now
-                    print(_summary(tally, now - started), flush=True)
-                if args.duration and now - started >= args.duration:
-                    break
-        finally:
-            consumer.close()
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+        while not stop["now"]:
+            if worker.poll() is not None:
+                print("worker exited; stopping", file=sys.stderr)
+                return 1
+            for msg in consumer:
+                _tally(tally, msg.topic, json.loads(msg.value))
+            now = time.monotonic()
+            if now - last_print >= 2.0:
+                last_print = now
+                print(_summary(tally, now - started), flush=True)
+            if args.duration and now - started >= args.duration:
+                break
         print(_summary(tally, time.monotonic() - started))
-    return 0
+        print(f"data and DuckDB file: {data_dir}; governance summary: "
+              f"continuity-drift report --data-dir {data_dir}")
+        return 0
+    finally:
+        consumer.close()
 
 
 def _governance_erasures(events: list[FhrEvent]) -> list[FhrEvent]:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +16,9 @@ from baselines.store import BaselineStore, BatchWrite
 from drift.model import DriftConfig
 from drift.replay import MemoryReplay
 from drift.simulation import Scenario, simulate_user
+from streams.broker import free_loopback_port
 from streams.cli import main
+from tests.conftest import REPO
 
 
 def test_help_lists_every_command_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
@@ -68,3 +74,34 @@ def test_baselines_and_report_read_a_store(tmp_path: Path,
     report = json.loads(capsys.readouterr().out)
     assert report["store"]["users_with_baselines"] == 1
     assert "cli-user" not in json.dumps(report)
+
+
+@pytest.mark.parametrize("argv, complaint", [
+    (["demo", "--users", "0"], "--users: 0 is less than 1"),
+    (["demo", "--rate", "-5"], "--rate: -5 is not above 0"),
+    (["simulate", "--broker", "x:1", "--users", "-1"], "--users: -1 is less than 1"),
+])
+def test_out_of_range_arguments_are_refused_before_anything_starts(
+        argv: list[str], complaint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert complaint in capsys.readouterr().err
+
+
+def test_the_demo_keeps_its_data_outside_the_checkout_and_leaves_no_worker(
+        tmp_path: Path) -> None:
+    port = free_loopback_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
+    env["PYTHONWARNINGS"] = "ignore"
+    done = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "demo", "--users", "1", "--duration", "25",
+         "--web-port", str(port)], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("data and DuckDB file:"))
+    data_dir = Path(line.split(": ", 1)[1].split(";")[0])
+    assert (data_dir / "continuity.duckdb").exists()
+    assert REPO not in data_dir.resolve().parents
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0, "a worker still holds the demo's port"
