@@ -226,15 +226,32 @@ def _run_worker(settings: Settings, bootstrap: str) -> int:
     return asyncio.run(Worker(settings, bootstrap).run())
 
 
+class ApiRefused(RuntimeError):
+    """The review API answered with an error or could not be reached; says what to do."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 def _api_get(base: str, path: str, token: str | None) -> Any:
-    req = urllib.request.Request(base.rstrip("/") + path)
+    url = base.rstrip("/") + path
+    req = urllib.request.Request(url)
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return json.loads(resp.read())
     except urllib.error.HTTPError as exc:
-        return json.loads(exc.read() or b"{}") | {"status": exc.code}
+        if exc.code == 403:
+            raise ApiRefused(f"{url}: the review API is disabled on that worker; start it with "
+                             "CONTINUITY_REVIEW_TOKEN set", 4) from None
+        if exc.code == 404:
+            raise ApiRefused(f"{url}: no such user, or not visible with this token (check "
+                             "--token or CONTINUITY_REVIEW_TOKEN)", 4) from None
+        raise ApiRefused(f"{url}: the review API answered {exc.code}", 4) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise ApiRefused(f"cannot reach the review API at {base} ({exc}); check --api", 3) from None
 
 
 def cmd_baselines(args: argparse.Namespace) -> int:
@@ -287,8 +304,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             out["store"] = store.report()
             store.close()
         except StoreUnavailable:
-            out["store"] = {"error": f"cannot open {db}: a worker holds it; stop the worker "
-                                     "or use --metrics"}
+            print(f"cannot open {db}: a worker holds it; stop the worker, or use --metrics "
+                  "URL for its counters", file=sys.stderr)
+            if not args.metrics:
+                return 1
     if args.metrics:
         with urllib.request.urlopen(args.metrics, timeout=10) as resp:
             out["metrics"] = _governance_counters(resp.read().decode())
@@ -343,6 +362,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
+    except ApiRefused as exc:
+        print(exc, file=sys.stderr)
+        return exc.code
     except topics.BrokerUnreachable as exc:
         print(f"{exc}. Check the address, or set it with --broker HOST:PORT or "
               "CONTINUITY_BROKER; without --broker, run and demo start an embedded broker.",

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 from drift.model import MemoryWrite, Mode, ModeChanged, Semantic, SessionStart
 from drift.simulation import MODEL_A
 from streams import topics
 from tests.builders import UserScript
-from tests.conftest import TOKEN, events_processed, wait_until
+from tests.conftest import REPO, TOKEN, events_processed, wait_until
 
 
 def _bytes_under(directory: Path) -> bytes:
@@ -105,6 +108,16 @@ def test_review_api_refuses_without_a_token_and_hides_unknown_users(broker, star
         assert worker.get("/v1/users/known-user/baselines", token) == unknown
         assert worker.get("/v1/users/known-user/baselines/history", token) == unknown
     assert unknown[0] == 404
+    refused = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "baselines", "show", "--user", "known-user",
+         "--api", worker.url, "--token", "wrong-token"], cwd=REPO, capture_output=True,
+        text=True, timeout=60, check=False)
+    assert refused.returncode == 4 and "not visible with this token" in refused.stderr
+    shown = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "baselines", "show", "--user", "known-user",
+         "--api", worker.url, "--token", TOKEN], cwd=REPO, capture_output=True, text=True,
+        timeout=60, check=False)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["user_id"] == "known-user"
     status, session = worker.get("/v1/users/known-user/sessions/kn-1", TOKEN)
     assert status == 200 and session["turns"] == 12 and session["ended_at"] is not None
 

@@ -121,3 +121,30 @@ def test_an_unreachable_broker_is_named_within_seconds_with_what_to_set(argv: li
     assert "no Kafka broker answered at 127.0.0.1:1" in err
     assert "--broker" in err and "CONTINUITY_BROKER" in err
     assert "Traceback" not in err
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
+    return subprocess.run([sys.executable, "-m", "streams.cli", *argv], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_data_dir_held_by_a_worker_is_an_error_a_script_can_see(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path / "continuity.duckdb")
+    try:
+        done = _cli("report", "--data-dir", str(tmp_path))
+        assert done.returncode == 1
+        assert "a worker holds it" in done.stderr and "--metrics" in done.stderr
+        held = _cli("baselines", "list", "--data-dir", str(tmp_path))
+        assert held.returncode == 2 and "--api" in held.stderr
+    finally:
+        store.close()
+
+
+def test_an_unreachable_review_api_is_named_with_a_non_zero_exit() -> None:
+    port = free_loopback_port()
+    done = _cli("baselines", "show", "--user", "u1", "--api", f"http://127.0.0.1:{port}",
+                "--token", "t")
+    assert done.returncode == 3
+    assert f"cannot reach the review API at http://127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
