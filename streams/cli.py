@@ -89,12 +89,14 @@ def _parser() -> argparse.ArgumentParser:
                       help="users per scenario (default 12)")
     demo.add_argument("--rate", type=_positive_float, default=1500.0,
                       help="events per second (default 1500)")
-    demo.add_argument("--seed", type=int, default=7)
+    demo.add_argument("--seed", type=int, default=7,
+                      help="simulator seed: the same seed gives the same traffic (default 7)")
     demo.add_argument("--duration", type=float, default=0.0,
                       help="stop after this many seconds (default: run until Ctrl-C)")
     demo.add_argument("--data-dir", type=Path, default=None,
                       help="where the worker keeps DuckDB (default: a fresh ./demo-data/<time>)")
-    demo.add_argument("--web-port", type=int, default=6066)
+    demo.add_argument("--web-port", type=int, default=6066,
+                      help="the worker's HTTP port for /metrics and the review API (default 6066)")
 
     sim = sub.add_parser(
         "simulate", help="produce labelled synthetic FHR traffic with ground truth",
@@ -110,13 +112,18 @@ def _parser() -> argparse.ArgumentParser:
                      help="repeat for several; default: every scenario")
     sim.add_argument("--users", type=_positive_int, default=10,
                      help="users per scenario (default 10)")
-    sim.add_argument("--seed", type=int, default=1)
+    sim.add_argument("--seed", type=int, default=1,
+                     help="simulator seed: the same seed gives the same events (default 1)")
     sim.add_argument("--rate", type=float, default=0.0,
                      help="events per second (default 0: as fast as possible)")
     sim.add_argument("--mode", choices=["continuity_light", "continuity_full"],
-                     default="continuity_full")
-    sim.add_argument("--shift-sd", type=float, default=1.5)
-    sim.add_argument("--turns", type=int, default=12)
+                     default="continuity_full",
+                     help="continuity mode of the simulated users (default continuity_full)")
+    sim.add_argument("--shift-sd", type=float, default=1.5,
+                     help="size of the attunement shift in the shifted scenarios, in the user's "
+                          "own turn standard deviations (default 1.5)")
+    sim.add_argument("--turns", type=_positive_int, default=12,
+                     help="turns per simulated session (default 12)")
     sim.add_argument("--turn-gap", type=float, default=20.0,
                      help="event-time seconds between a session's events (default 20)")
     sim.add_argument("--start", type=float, default=None,
@@ -129,9 +136,12 @@ def _parser() -> argparse.ArgumentParser:
                     "when no worker runs, straight from the DuckDB file (--data-dir).",
         epilog="example:\n  continuity-drift baselines show --user u-1 --data-dir ./data",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    base.add_argument("action", choices=["list", "show", "history"])
+    base.add_argument("action", choices=["list", "show", "history"],
+                      help="list users with baselines, show a user's current baselines, or the "
+                           "history of their versions and tombstones")
     base.add_argument("--user", help="user id (required for show and history)")
-    base.add_argument("--data-dir", type=Path, default=Path("./data"))
+    base.add_argument("--data-dir", type=Path, default=Path("./data"),
+                      help="the worker's data directory, read when no worker runs (default ./data)")
     base.add_argument("--limit", type=int, default=100, help="list at most this many users")
     base.add_argument("--api", help="review API base URL, e.g. http://127.0.0.1:6066")
     base.add_argument("--token", default=os.environ.get("CONTINUITY_REVIEW_TOKEN"),
@@ -139,21 +149,28 @@ def _parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser(
         "report", help="governance summary from the DuckDB file and optionally /metrics",
+        description="Aggregate governance counts of one worker's DuckDB file (no user ids, no\n"
+                    "values) and, with --metrics, the counters of a running worker.",
         epilog="example:\n  continuity-drift report --data-dir ./data "
                "--metrics http://127.0.0.1:6066/metrics",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    report.add_argument("--data-dir", type=Path, default=Path("./data"))
+    report.add_argument("--data-dir", type=Path, default=Path("./data"),
+                        help="the worker's data directory (default ./data)")
     report.add_argument("--metrics", help="a worker's /metrics URL to add its counters")
     report.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     tps = sub.add_parser(
         "topics", help="create the service's topics with their partition counts",
+        description="Create fhr.events and every output topic that does not exist yet, all\n"
+                    "with the same partition count so that they co-partition by user id.",
         epilog="example:\n  continuity-drift topics --broker localhost:9092 --partitions 8",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     tps.add_argument("--broker", default=os.environ.get("CONTINUITY_BROKER"),
                      help="Kafka bootstrap HOST:PORT (default: $CONTINUITY_BROKER)")
-    tps.add_argument("--partitions", type=int, default=4)
-    tps.add_argument("--replication", type=int, default=1)
+    tps.add_argument("--partitions", type=_positive_int, default=4,
+                     help="partitions of every topic (default 4)")
+    tps.add_argument("--replication", type=_positive_int, default=1,
+                     help="replication factor (default 1)")
     return parser
 
 
@@ -189,7 +206,8 @@ def _worker_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, default=None,
                    help="TOML file with [worker] and [drift] sections")
     p.add_argument("--partitions", type=int, help="partitions for topics this worker creates")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                   help="JSON log lines on stderr from this level (default warning)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

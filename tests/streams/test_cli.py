@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -17,7 +18,7 @@ from drift.model import DriftConfig
 from drift.replay import MemoryReplay
 from drift.simulation import Scenario, simulate_user
 from streams.broker import free_loopback_port
-from streams.cli import main
+from streams.cli import _parser, main
 from tests.conftest import REPO
 
 
@@ -148,3 +149,13 @@ def test_an_unreachable_review_api_is_named_with_a_non_zero_exit() -> None:
     assert done.returncode == 3
     assert f"cannot reach the review API at http://127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [f"{name} {' '.join(action.option_strings) or action.dest}"
+               for name, command in sub.choices.items()
+               for action in command._actions
+               if not action.help and not isinstance(action, argparse._HelpAction)]
+    assert missing == []
+    assert all(command.description for command in sub.choices.values())
