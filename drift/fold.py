@@ -24,7 +24,7 @@ from typing import Any, assert_never
 from drift import ladder
 from drift.baseline import Baseline, UserBaselines, derive_id
 from drift.checkpoint import StepContext, checkpoint, rate
-from drift.erasure import downgrade, erase, erase_kinds_for, expire
+from drift.erasure import downgrade, erase, erase_kinds_for, expire, expired_kinds
 from drift.evolve import evolve
 from drift.governance import audit_write, guard_after
 from drift.model import (
@@ -141,13 +141,15 @@ def _dispatch(state: UserState, baselines: UserBaselines, event: FhrEvent, ctx: 
 def _due(state: UserState, baselines: UserBaselines, now_s: float, config: DriftConfig
          ) -> bool:
     """Whether :func:`sweep` has anything to do by ``now_s`` (a cheap check per event)."""
-    session = state.session
-    if session is not None and session.last_s + config.idle_timeout_s <= now_s:
+    if _idle_due(state.session, now_s, config):
         return True
     since = now_s - state.last_used_s
-    return since > min(config.ttl_light_s, config.ttl_full_s) and any(
-        now_s - max(m.created_at_s, state.last_used_s) > config.ttl_s(m.mode)
-        for m in baselines.metas())
+    return since > min(config.ttl_light_s, config.ttl_full_s) and bool(
+        expired_kinds(state, baselines, now_s, config))
+
+
+def _idle_due(session: SessionState | None, now_s: float, config: DriftConfig) -> bool:
+    return session is not None and session.last_s + config.idle_timeout_s <= now_s
 
 
 def sweep(state: UserState, baselines: UserBaselines, now_s: float, config: DriftConfig,
@@ -183,7 +185,7 @@ def close_idle(state: UserState, baselines: UserBaselines, now_s: float, config:
     (None, 1800.0)
     """
     session = state.session
-    if session is None or session.last_s + config.idle_timeout_s > now_s:
+    if session is None or not _idle_due(session, now_s, config):
         return Step(state, baselines)
     at = session.last_s + config.idle_timeout_s
     ctx = StepContext(derive_id("idle", state.user_id, session.session_id), session.session_id,

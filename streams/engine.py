@@ -226,12 +226,16 @@ class Engine:
         if state.persistable:
             self.pending.sessions.extend((partition, s) for s in effects.sessions)
 
-    def _erase(self, command: ErasureCommand, partition: int, batch: PendingBatch) -> None:
+    def _erase(self, command: ErasureCommand, partition: int, batch: PendingBatch
+               ) -> ErasureReceipt:
+        """Carry out an erasure on the store and publish its receipt."""
         self._flush_pending(command.user_id)
         result = self.store.erase(command, partition)
         batch.erased = True
         self._count_erasure(result)
-        self._publish(batch, receipt(command, result), partition)
+        done = receipt(command, result)
+        self._publish(batch, done, partition)
+        return done
 
     def _flush_pending(self, user_id: str) -> None:
         """Write a user's baseline versions staged since the checkpoint before erasing them.
@@ -390,12 +394,7 @@ class Engine:
         state, baselines, command = operator_erase(
             self.states.get(user_id) or initial(user_id),
             self.baselines.get(user_id, NO_BASELINES), request_id, self.config)
-        self._flush_pending(user_id)
-        result = self.store.erase(command, partition)
-        batch.erased = True
-        self._count_erasure(result)
-        done = receipt(command, result)
-        self._publish(batch, done, partition)
+        done = self._erase(command, partition, batch)
         self._flush_counts()
         if known:
             self.baselines[user_id] = baselines

@@ -20,7 +20,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, NoReturn
 
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -37,6 +37,14 @@ from streams.settings import Settings
 log = logging.getLogger("continuity_drift.worker")
 
 EXIT_REPLAY = 70
+
+
+def _exit_for_replay(what: str) -> NoReturn:
+    """End the process at once, before a checkpoint can cover the failed work."""
+    log.exception("%s; exiting so that the work since the last checkpoint is replayed on "
+                  "restart", what)
+    logging.shutdown()
+    os._exit(EXIT_REPLAY)
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -142,11 +150,8 @@ class Worker:
         """Run ``work``; on any failure exit before a checkpoint can cover it."""
         try:
             return await work
-        except Exception:
-            log.exception("processing failed; exiting so that the work since the last "
-                          "checkpoint is replayed on restart")
-            logging.shutdown()
-            os._exit(EXIT_REPLAY)
+        except Exception:  # noqa: BLE001 - logged and ended in _exit_for_replay
+            _exit_for_replay("processing failed")
 
     # ------------------------------------------------------------------ publish, checkpoint
 
@@ -213,11 +218,8 @@ class Worker:
                        if p in owned}
             if offsets and consumer is not None:
                 await consumer.commit(offsets)
-        except Exception:
-            log.exception("checkpoint failed; exiting so that the work since the last "
-                          "checkpoint is replayed on restart")
-            logging.shutdown()
-            os._exit(EXIT_REPLAY)
+        except Exception:  # noqa: BLE001 - logged and ended in _exit_for_replay
+            _exit_for_replay("checkpoint failed")
         self.metrics.checkpoint_seconds.observe(time.monotonic() - started)
         self.metrics.checkpoint_records.observe(records)
 
