@@ -69,4 +69,8 @@ MIGRATIONS: list[list[str]] = [
             outcome VARCHAR NOT NULL
         )""",
     ],
+    [
+        # Erasure records follow their partition to a new owner (streams.changelog).
+        "ALTER TABLE erasure_requests ADD COLUMN partition INTEGER DEFAULT -1",
+    ],
 ]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import msgspec
 import pyarrow as pa
 
 from baselines.migrations import MIGRATIONS
+from baselines.rows import Rows
 from baselines.snapshot import decode_state, encode_state
 from drift.baseline import (
     AttunementBaseline,
@@ -102,7 +104,7 @@ class BatchWrite:
     topic: str
     offsets: dict[int, int] = field(default_factory=dict)
     states: dict[str, tuple[int, UserState]] = field(default_factory=dict)
-    dropped_states: set[str] = field(default_factory=set)
+    dropped_states: dict[str, int] = field(default_factory=dict)
     baselines: list[tuple[int, Baseline]] = field(default_factory=list)
     sessions: list[tuple[int, SessionSummary]] = field(default_factory=list)
 
@@ -114,9 +116,9 @@ class BatchWrite:
         """The user's latest state to store, or None to drop the user's stored state."""
         if state is None:
             self.states.pop(user_id, None)
-            self.dropped_states.add(user_id)
+            self.dropped_states[user_id] = partition
         else:
-            self.dropped_states.discard(user_id)
+            self.dropped_states.pop(user_id, None)
             self.states[user_id] = (partition, state)
 
 
@@ -286,87 +288,121 @@ class BaselineStore:
 
     def commit_batch(self, batch: BatchWrite) -> None:
         """Write one batch atomically: states, baselines, sessions and offsets together."""
-        if batch.empty():
-            return
-        with self._lock:
-            con = self._con
-            con.execute("BEGIN")
-            try:
-                self._write_batch(con, batch)
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+        if not batch.empty():
+            self.apply_rows(self.rows_of(batch))
 
-    def _write_batch(self, con: duckdb.DuckDBPyConnection, batch: BatchWrite) -> None:
-        gone = set(batch.dropped_states) | set(batch.states)
-        if gone:
-            ids = pa.table({"user_id": pa.array(sorted(gone), pa.string())})
-            con.register("gone_ids", ids)
-            con.execute("DELETE FROM user_state WHERE user_id IN (SELECT user_id FROM gone_ids)")
-            con.unregister("gone_ids")
+    def rows_of(self, batch: BatchWrite) -> Rows:
+        """The rows ``batch`` writes, as Arrow tables: what DuckDB and the changelog take."""
+        tables: dict[str, pa.Table] = {}
         if batch.states:
             users = list(batch.states)
-            states = pa.table({
+            tables["user_state"] = pa.table({
                 "partition": pa.array([batch.states[u][0] for u in users], pa.int32()),
                 "user_id": pa.array(users, pa.string()),
                 "state": pa.array([encode_state(batch.states[u][1]) for u in users], pa.binary()),
                 "clock": pa.array([batch.states[u][1].clock_s for u in users], pa.float64()),
             })
-            con.register("new_states", states)
-            con.execute("INSERT INTO user_state SELECT partition, user_id, state, clock "
-                        "FROM new_states")
-            con.unregister("new_states")
         if batch.baselines:
             metas = [b.meta for _, b in batch.baselines]
-            table = pa.table({
+            tables["baseline_versions"] = pa.table({
                 "partition": pa.array([p for p, _ in batch.baselines], pa.int32()),
-                "user_id": [m.user_id for m in metas],
-                "kind": [m.kind.value for m in metas],
-                "baseline_id": [m.baseline_id for m in metas],
+                "user_id": pa.array([m.user_id for m in metas], pa.string()),
+                "kind": pa.array([m.kind.value for m in metas], pa.string()),
+                "baseline_id": pa.array([m.baseline_id for m in metas], pa.string()),
                 "version": pa.array([m.version for m in metas], pa.int32()),
                 "created_at": pa.array([m.created_at_s for m in metas], pa.float64()),
-                "source_session": [m.source_session for m in metas],
-                "model_version": [m.model.model_version for m in metas],
-                "tokenizer_id": [m.model.tokenizer_id for m in metas],
-                "precision_tag": [m.model.precision_tag for m in metas],
+                "source_session": pa.array([m.source_session for m in metas], pa.string()),
+                "model_version": pa.array([m.model.model_version for m in metas], pa.string()),
+                "tokenizer_id": pa.array([m.model.tokenizer_id for m in metas], pa.string()),
+                "precision_tag": pa.array([m.model.precision_tag for m in metas], pa.string()),
                 "adapter_id": pa.array([m.model.adapter_id for m in metas], pa.string()),
-                "drift_policy_id": [m.drift_policy_id for m in metas],
-                "mode": [m.mode.value for m in metas],
+                "drift_policy_id": pa.array([m.drift_policy_id for m in metas], pa.string()),
+                "mode": pa.array([m.mode.value for m in metas], pa.string()),
                 "expires_at": pa.array([m.expires_at_s for m in metas], pa.float64()),
                 "vals": pa.array([_values(b) for _, b in batch.baselines], pa.binary()),
             })
-            con.register("new_versions", table)
-            con.execute(f"INSERT OR IGNORE INTO baseline_versions (partition, {_BASELINE_COLUMNS}) "
-                        f"SELECT partition, {_BASELINE_COLUMNS} FROM new_versions")
-            con.unregister("new_versions")
         if batch.sessions:
             s = [x for _, x in batch.sessions]
-            table = pa.table({
-                "user_id": [x.user_id for x in s], "session_id": [x.session_id for x in s],
+            tables["session_summaries"] = pa.table({
+                "user_id": pa.array([x.user_id for x in s], pa.string()),
+                "session_id": pa.array([x.session_id for x in s], pa.string()),
                 "partition": pa.array([p for p, _ in batch.sessions], pa.int32()),
-                "mode": [x.mode.value for x in s],
+                "mode": pa.array([x.mode.value for x in s], pa.string()),
                 "started_at": pa.array([x.started_s for x in s], pa.float64()),
                 "ended_at": pa.array([x.ended_s for x in s], pa.float64()),
                 "turns": pa.array([x.turns for x in s], pa.int32()),
-                "max_tier": [x.max_tier.label for x in s],
+                "max_tier": pa.array([x.max_tier.label for x in s], pa.string()),
                 "scores": pa.array([x.scores for x in s], pa.int32()),
                 "model_change": pa.array([x.model_change for x in s], pa.bool_()),
                 "reattune_quality": pa.array([x.reattune_quality for x in s], pa.float64()),
             })
-            con.register("new_sessions", table)
-            con.execute("INSERT OR REPLACE INTO session_summaries SELECT * FROM new_sessions")
-            con.unregister("new_sessions")
         if batch.offsets:
             parts = list(batch.offsets)
-            table = pa.table({
-                "topic": [batch.topic] * len(parts),
+            tables["partition_offsets"] = pa.table({
+                "topic": pa.array([batch.topic] * len(parts), pa.string()),
                 "partition": pa.array(parts, pa.int32()),
                 "next_offset": pa.array([batch.offsets[p] for p in parts], pa.int64()),
             })
-            con.register("new_offsets", table)
-            con.execute("INSERT OR REPLACE INTO partition_offsets SELECT * FROM new_offsets")
-            con.unregister("new_offsets")
+        return Rows(tables, tuple(sorted(batch.dropped_states)))
+
+    def apply_rows(self, rows: Rows) -> None:
+        """Write ``rows`` (a checkpoint, or a delta read back from the changelog) atomically."""
+        with self._transaction() as con:
+            _apply(con, rows)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One DuckDB transaction, rolled back on any error, under the store's lock."""
+        with self._lock:
+            con = self._con
+            con.execute("BEGIN")
+            try:
+                yield con
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+
+    # ------------------------------------------------------------------ partitions
+
+    def export_partition(self, partition: int) -> Rows:
+        """Every row of one partition: its snapshot for the changelog.
+
+        Superseded baseline versions, session summaries and erasure records go with
+        it, so the history a governance team reads follows the partition too.
+        """
+        tables: dict[str, pa.Table] = {}
+        with self._lock:
+            for table, where in _PARTITION_ROWS.items():
+                tables[table] = self._con.sql(
+                    f"SELECT * FROM {table} WHERE {where}", params=[partition]).to_arrow_table()
+        return Rows({t: v for t, v in tables.items() if v.num_rows}, ())
+
+    def restore_partition(self, partition: int, rows: Iterable[Rows]) -> None:
+        """Replace one partition's rows by a snapshot and the deltas since, in one transaction."""
+        with self._transaction() as con:
+            _drop_partition(con, partition)
+            for part in rows:
+                _apply(con, part)
+
+    def drop_partitions(self, partitions: Iterable[int]) -> bool:
+        """Remove the rows of partitions this worker no longer owns (their changelog has them);
+        returns whether anything was removed. :meth:`compact` then clears the freed pages."""
+        held = self.held_partitions() & set(partitions)
+        if held:
+            with self._transaction() as con:
+                for p in sorted(held):
+                    _drop_partition(con, p)
+        return bool(held)
+
+    def held_partitions(self) -> set[int]:
+        """Partitions with any row in this file."""
+        with self._lock:
+            rows = self._con.execute(" UNION ".join(
+                f"SELECT DISTINCT partition FROM {t}" for t in
+                ("baseline_versions", "user_state", "session_summaries", "partition_offsets",
+                 "erasure_requests"))).fetchall()
+        return {int(p) for (p,) in rows if p is not None and p >= 0}
 
     # ------------------------------------------------------------------ erasure
 
@@ -396,54 +432,47 @@ class BaselineStore:
             return previous
         kinds = [k.value for k in command.kinds]
         ref = user_ref(command.user_id)
-        with self._lock:
-            con = self._con
-            con.execute("BEGIN")
-            try:
-                found: dict[str, tuple[str | None, int]] = {k: (None, 0) for k in kinds}
-                for kind in kinds:
-                    rows = con.execute(
-                        "SELECT baseline_id, version FROM baseline_versions "
-                        "WHERE user_id = ? AND kind = ?", [command.user_id, kind]).fetchall()
-                    if rows:
-                        found[kind] = (rows[0][0], len(rows))
-                    for baseline_id, version in rows:
-                        con.execute(
-                            "INSERT INTO tombstones VALUES (?, ?, ?, ?, ?, ?, ?)",
-                            [ref, baseline_id, kind, version, command.ts_s, command.reason,
-                             command.request_id])
-                    con.execute("DELETE FROM baseline_versions WHERE user_id = ? AND kind = ?",
-                                [command.user_id, kind])
-                if command.everything:
-                    con.execute("DELETE FROM user_state WHERE user_id = ?", [command.user_id])
-                    con.execute("DELETE FROM session_summaries WHERE user_id = ?",
-                                [command.user_id])
-                if command.replacement is not None:
-                    self._write_batch(con, BatchWrite(topic="", baselines=[
-                        (partition, command.replacement)]))
-                con.execute("INSERT INTO erasure_requests VALUES (?, ?, ?, ?)",
-                            [command.request_id, ref, command.reason, command.ts_s])
-                targets = []
-                for kind in sorted(kinds):
-                    baseline_id, versions = found[kind]
-                    left = con.execute(
-                        "SELECT count(*) FROM baseline_versions WHERE user_id = ? AND kind = ? "
-                        "AND (? IS NULL OR baseline_id = ?)",
-                        [command.user_id, kind, baseline_id, baseline_id]).fetchone()
-                    remaining = int(left[0]) if left else 0
-                    if command.replacement is not None and kind == "attunement":
-                        remaining -= 1
-                    outcome = (ErasureOutcome.VERIFIED if remaining == 0
-                               else ErasureOutcome.FAILED)
-                    targets.append(ErasureTarget(BaselineKind(kind), baseline_id, versions,
-                                                 outcome))
-                    con.execute("INSERT INTO erasure_targets VALUES (?, ?, ?, ?, ?)",
-                                [command.request_id, kind, baseline_id, versions,
-                                 outcome.value])
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+        with self._transaction() as con:
+            found: dict[str, tuple[str | None, int]] = {k: (None, 0) for k in kinds}
+            for kind in kinds:
+                rows = con.execute(
+                    "SELECT baseline_id, version FROM baseline_versions "
+                    "WHERE user_id = ? AND kind = ?", [command.user_id, kind]).fetchall()
+                if rows:
+                    found[kind] = (rows[0][0], len(rows))
+                for baseline_id, version in rows:
+                    con.execute(
+                        "INSERT INTO tombstones VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [ref, baseline_id, kind, version, command.ts_s, command.reason,
+                         command.request_id])
+                con.execute("DELETE FROM baseline_versions WHERE user_id = ? AND kind = ?",
+                            [command.user_id, kind])
+            if command.everything:
+                con.execute("DELETE FROM user_state WHERE user_id = ?", [command.user_id])
+                con.execute("DELETE FROM session_summaries WHERE user_id = ?",
+                            [command.user_id])
+            if command.replacement is not None:
+                _apply(con, self.rows_of(BatchWrite(topic="", baselines=[
+                    (partition, command.replacement)])))
+            con.execute("INSERT INTO erasure_requests VALUES (?, ?, ?, ?, ?)",
+                        [command.request_id, ref, command.reason, command.ts_s, partition])
+            targets = []
+            for kind in sorted(kinds):
+                baseline_id, versions = found[kind]
+                left = con.execute(
+                    "SELECT count(*) FROM baseline_versions WHERE user_id = ? AND kind = ? "
+                    "AND (? IS NULL OR baseline_id = ?)",
+                    [command.user_id, kind, baseline_id, baseline_id]).fetchone()
+                remaining = int(left[0]) if left else 0
+                if command.replacement is not None and kind == "attunement":
+                    remaining -= 1
+                outcome = (ErasureOutcome.VERIFIED if remaining == 0
+                           else ErasureOutcome.FAILED)
+                targets.append(ErasureTarget(BaselineKind(kind), baseline_id, versions,
+                                             outcome))
+                con.execute("INSERT INTO erasure_targets VALUES (?, ?, ?, ?, ?)",
+                            [command.request_id, kind, baseline_id, versions,
+                             outcome.value])
         return ErasureResult(command.request_id, tuple(targets), False)
 
     def compact(self) -> None:
@@ -494,8 +523,54 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
     return current
 
 
-_TABLES = ("baseline_versions", "tombstones", "user_state", "partition_offsets",
-           "session_summaries", "erasure_requests", "erasure_targets")
+_REQUESTS_OF = "request_id IN (SELECT request_id FROM erasure_requests WHERE partition = ?)"
+
+#: Where-clauses that select one partition's rows (the parameter is the partition).
+_PARTITION_ROWS = {
+    "baseline_versions": "partition = ?",
+    "user_state": "partition = ?",
+    "session_summaries": "partition = ?",
+    "partition_offsets": "partition = ?",
+    "tombstones": _REQUESTS_OF,
+    "erasure_targets": _REQUESTS_OF,
+    "erasure_requests": "partition = ?",
+}
+_TABLES = tuple(_PARTITION_ROWS)
+
+#: How rows are written: an id-keyed insert, so writing the same rows twice changes nothing.
+_INSERT = {
+    "user_state": "INSERT INTO user_state BY NAME SELECT * FROM incoming",
+    "baseline_versions": "INSERT OR IGNORE INTO baseline_versions BY NAME SELECT * FROM incoming",
+    "session_summaries": "INSERT OR REPLACE INTO session_summaries BY NAME SELECT * FROM incoming",
+    "partition_offsets": "INSERT OR REPLACE INTO partition_offsets BY NAME SELECT * FROM incoming",
+    "erasure_requests": "INSERT OR IGNORE INTO erasure_requests BY NAME SELECT * FROM incoming",
+    "erasure_targets": "INSERT INTO erasure_targets BY NAME SELECT * FROM incoming",
+    "tombstones": "INSERT INTO tombstones BY NAME SELECT * FROM incoming",
+}
+
+
+def _apply(con: duckdb.DuckDBPyConnection, rows: Rows) -> None:
+    """Write ``rows`` inside the caller's transaction: a user's state row is replaced."""
+    states = rows.tables.get("user_state")
+    gone = set(rows.dropped)
+    if states is not None:
+        gone.update(states.column("user_id").to_pylist())
+    if gone:
+        con.register("gone_ids", pa.table({"user_id": pa.array(sorted(gone), pa.string())}))
+        con.execute("DELETE FROM user_state WHERE user_id IN (SELECT user_id FROM gone_ids)")
+        con.unregister("gone_ids")
+    for table, sql in _INSERT.items():
+        incoming = rows.tables.get(table)
+        if incoming is None or not incoming.num_rows:
+            continue
+        con.register("incoming", incoming)
+        con.execute(sql)
+        con.unregister("incoming")
+
+
+def _drop_partition(con: duckdb.DuckDBPyConnection, partition: int) -> None:
+    for table, where in _PARTITION_ROWS.items():  # erasure_requests last: the others use it
+        con.execute(f"DELETE FROM {table} WHERE {where}", [partition])
 
 
 def _group(rows: Sequence[Sequence[Any]]) -> dict[str, UserBaselines]:

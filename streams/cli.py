@@ -24,6 +24,7 @@ from streams.demo import cmd_demo
 from streams.present import describe_baseline
 from streams.settings import Settings, SettingsError, load_settings
 from streams.simulate import cmd_simulate
+from streams.supervise import supervise, worker_argv
 from streams.worker import Worker
 
 EXAMPLES = """\
@@ -31,6 +32,7 @@ examples:
   continuity-drift demo                                # broker + worker + traffic + live summary
   continuity-drift run --data-dir ./data               # worker on an embedded broker
   continuity-drift run --broker kafka:9092 --data-dir /data --web-port 6066
+  continuity-drift run --broker kafka:9092 --data-dir /data --workers 2   # ports 6066, 6067
   continuity-drift topics --broker localhost:9092 --partitions 8
   continuity-drift simulate --broker localhost:9092 --scenario stable \\
       --scenario attunement_shift --users 50 --seed 7 --rate 2000 --truth truth.jsonl
@@ -45,7 +47,9 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {"ts": round(record.created, 3), "level": record.levelname.lower(),
                                "logger": record.name, "msg": record.getMessage()}
-        for key in ("partitions", "bootstrap", "port", "topics", "offset", "error_type"):
+        for key in ("partitions", "bootstrap", "port", "topics", "offset", "error_type",
+                    "generation", "records", "bytes", "deltas", "seconds", "worker",
+                    "exit_code"):
             if hasattr(record, key):
                 out[key] = getattr(record, key)
         if record.exc_info:
@@ -77,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
         epilog="example:\n  continuity-drift run --broker localhost:9092 --data-dir ./data",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     _worker_flags(run)
+    run.add_argument("--workers", type=_positive_int, default=1,
+                     help="worker processes of one group on this machine, each with its own "
+                          "data directory <data-dir>/worker-<i> and HTTP port --web-port + i; "
+                          "a worker that fails is restarted (default 1)")
 
     demo = sub.add_parser(
         "demo", help="embedded broker + worker + simulated traffic + live summary",
@@ -232,6 +240,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         if new:
             print(f"created topics {', '.join(new)} with {settings.partitions} partitions",
                   file=sys.stderr)
+        if args.workers > 1:
+            return supervise([worker_argv(i, bootstrap, settings.data_dir, settings.web_host,
+                                          settings.web_port, settings.partitions,
+                                          settings.log_level, config)
+                              for i in range(args.workers)])
         return _run_worker(settings, bootstrap)
     finally:
         if broker is not None:

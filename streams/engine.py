@@ -92,7 +92,8 @@ class PendingBatch:
 
     messages: list[OutMessage] = field(default_factory=list)
     source_timestamps: list[float] = field(default_factory=list)
-    erased: bool = False
+    erased: set[int] = field(default_factory=set)
+    """Partitions where an erasure was carried out (-1: a user no partition holds)."""
 
 
 def _processing_error(exc: Exception, event_id: str | None, record: Record) -> Rejection:
@@ -118,6 +119,9 @@ class Engine:
         self.states: dict[str, UserState] = {}
         self.baselines: dict[str, UserBaselines] = {}
         self.user_partition: dict[str, int] = {}
+        self.stored: set[str] = set()
+        """Users with a stored state: only theirs is dropped when it stops being persistable,
+        so a user who never had one is never named in the store or the changelog."""
         self.watermarks: dict[int, tuple[float, float]] = {}
         self.pending = BatchWrite(topic=topics.INPUT)
         self._counts: dict[tuple[Counter, str], int] = {}
@@ -135,6 +139,7 @@ class Engine:
             states = self.store.load_states([p])
             baselines = self.store.load_baselines([p])
             self.states.update(states)
+            self.stored.update(states)
             self.baselines.update(baselines)
             self.user_partition.update({u: p for u in (*states, *baselines)})
             self.next_offsets[p] = offsets.get(p, 0)
@@ -151,6 +156,7 @@ class Engine:
             self.states.pop(u, None)
             self.baselines.pop(u, None)
             self.user_partition.pop(u, None)
+            self.stored.discard(u)
         for p in gone:
             self.next_offsets.pop(p, None)
             self.watermarks.pop(p, None)
@@ -231,7 +237,7 @@ class Engine:
         """Carry out an erasure on the store and publish its receipt."""
         self._flush_pending(command.user_id)
         result = self.store.erase(command, partition)
-        batch.erased = True
+        batch.erased.add(partition)
         self._count_erasure(result)
         done = receipt(command, result)
         self._publish(batch, done, partition)
@@ -267,9 +273,16 @@ class Engine:
 
     def _stage_states(self, batch: PendingBatch, touched: dict[str, int]) -> None:
         for user_id, partition in touched.items():
-            state = self.states[user_id]
-            self.pending.stage_state(user_id, partition, state if state.persistable else None)
+            self._stage(user_id, partition, self.states[user_id])
         self._refresh_gauges()
+
+    def _stage(self, user_id: str, partition: int, state: UserState) -> None:
+        if state.persistable:
+            self.pending.stage_state(user_id, partition, state)
+            self.stored.add(user_id)
+        elif user_id in self.stored:
+            self.pending.stage_state(user_id, partition, None)
+            self.stored.discard(user_id)
 
     # ------------------------------------------------------------------ metrics
 
@@ -399,8 +412,8 @@ class Engine:
         if known:
             self.baselines[user_id] = baselines
             self.states[user_id] = state
-            if state.persistable and partition >= 0:
-                self.pending.stage_state(user_id, partition, state)
+            if partition >= 0:
+                self._stage(user_id, partition, state)
         return batch, done
 
     def take_checkpoint(self) -> BatchWrite:

@@ -89,6 +89,9 @@ class Metrics:
     worker_ready: Gauge
     checkpoint_seconds: Histogram
     checkpoint_records: Histogram
+    restore_seconds: Histogram
+    changelog_bytes: Counter
+    changelog_rolls: Counter
     _children: dict[tuple[int, str], Any] = field(default_factory=dict, compare=False,
                                                   repr=False)
 
@@ -200,6 +203,16 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
         checkpoint_records=Histogram(
             "continuity_checkpoint_records", "Input records covered by one checkpoint",
             buckets=CHECKPOINT_BUCKETS, registry=r),
+        restore_seconds=Histogram(
+            "continuity_restore_seconds",
+            "Time to restore one partition's state from its changelog into DuckDB",
+            buckets=LATENCY_BUCKETS, registry=r),
+        changelog_bytes=Counter(
+            "continuity_changelog_bytes", "Bytes of state written to the changelog", registry=r),
+        changelog_rolls=Counter(
+            "continuity_changelog_rolls",
+            "Changelog generations started (a snapshot of a partition to a fresh topic)",
+            registry=r),
     )
     for name, labels in LABEL_VALUES.items():
         metric = getattr(metrics, name)

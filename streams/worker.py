@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 from baselines.store import BaselineStore, BatchWrite
 from drift.outputs import ErasureReceipt, SessionSummary
 from streams import topics
+from streams.changelog import Changelog
 from streams.engine import Engine, PendingBatch, Record
 from streams.http import make_app
 from streams.metrics import Metrics, build_metrics
@@ -74,7 +75,8 @@ class Worker:
         self.lock = asyncio.Lock()
         self.stopping = asyncio.Event()
         self.processing = False
-        self._erased = False
+        self.restoring = False
+        self._erased: set[int] = set()
         self._since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         self._last_tick = time.monotonic()
@@ -82,6 +84,7 @@ class Worker:
         self._inflight: asyncio.Task[None] | None = None
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
+        self.changelog: Changelog | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -106,6 +109,9 @@ class Worker:
             fetch_max_wait_ms=int(s.fetch_wait_s * 1000), max_poll_records=s.batch_max)
         try:
             await self.producer.start()
+            self.changelog = Changelog(self.bootstrap, s.app_id, self.producer, topics.INPUT,
+                                       self.metrics)
+            await self.changelog.start()
             await self._learn_partitions()
             await self.consumer.start()
             self.consumer.subscribe([topics.INPUT], listener=_Rebalance(self))
@@ -116,6 +122,8 @@ class Worker:
         finally:
             await self.consumer.stop()
             await self.producer.stop()
+            if self.changelog is not None:
+                self.changelog.close()
             await runner.cleanup()
             self.store.close()
 
@@ -158,8 +166,7 @@ class Worker:
     async def _publish(self, batch: PendingBatch) -> None:
         producer = self.producer
         assert producer is not None
-        if batch.erased:
-            self._erased = True
+        self._erased |= batch.erased
         if not batch.messages:
             return
         same = self._copartitioned
@@ -186,16 +193,16 @@ class Worker:
         """One transaction with everything since the last checkpoint, then the group offsets.
 
         Checkpoints commit in order, one at a time. Unless ``wait`` (revoke, shutdown, the
-        review API) or an erasure asks for it at once, the DuckDB write runs in a thread
+        review API) or an erasure asks for it at once, the write runs in the background
         while the loop goes on with the next batches.
         """
         await self._settle()
         write = self.engine.take_checkpoint()
-        compact, self._erased = self._erased, False
+        erased, self._erased = self._erased, set()
         records, self._since_checkpoint = self._since_checkpoint, 0
         self._last_checkpoint = time.monotonic()
-        task = asyncio.create_task(self._commit(write, compact, records))
-        if wait or compact:
+        task = asyncio.create_task(self._commit(write, erased, records))
+        if wait or erased:
             await task
         else:
             self._inflight = task
@@ -206,14 +213,29 @@ class Worker:
         if task is not None:
             await task
 
-    async def _commit(self, write: BatchWrite, compact: bool, records: int) -> None:
+    async def _commit(self, write: BatchWrite, erased: set[int], records: int) -> None:
+        """Changelog first, then DuckDB, then the group: each is at least as new as the next.
+
+        A partition with an erasure writes no delta: after DuckDB's commit it rolls to
+        a new generation, whose snapshot carries the erasure, and the old one is
+        deleted. Until then its changelog ends before the erasure's offset, so a
+        crash in between replays the erasure instead of restoring erased values.
+        """
         started = time.monotonic()
+        store, changelog = self.store, self.changelog
+        assert changelog is not None
         try:
-            await asyncio.to_thread(self.store.commit_batch, write)
-            if compact:
-                await asyncio.to_thread(self.store.compact)
-            consumer = self.consumer
+            rows = await asyncio.to_thread(store.rows_of, write)
+            deltas = {p: r for p, r in rows.by_partition(write.dropped_states).items()
+                      if p not in erased}
+            self.metrics.changelog_bytes.inc(await changelog.append(deltas))
+            await asyncio.to_thread(store.apply_rows, rows)
             owned = self.engine.partitions
+            for p in sorted((erased | set(changelog.due())) & owned):
+                self.metrics.changelog_bytes.inc(await changelog.roll(p, store))
+            if erased:
+                await asyncio.to_thread(store.compact)
+            consumer = self.consumer
             offsets = {TopicPartition(topics.INPUT, p): o for p, o in write.offsets.items()
                        if p in owned}
             if offsets and consumer is not None:
@@ -230,22 +252,45 @@ class Worker:
             await self._guarded(self._assign(partitions))
 
     async def _assign(self, partitions: set[int]) -> None:
-        self.engine.assign(partitions)
-        consumer = self.consumer
-        assert consumer is not None
-        for p in partitions:
-            stored = self.engine.next_offsets.get(p, 0)
-            if stored > 0:
-                consumer.seek(TopicPartition(topics.INPUT, p), stored)
+        """Restore each new partition from its changelog, then resume at its stored offset."""
+        consumer, changelog = self.consumer, self.changelog
+        assert consumer is not None and changelog is not None
+        new = sorted(partitions - self.engine.partitions)
+        self.restoring = True
+        try:
+            for p in new:
+                restored = await changelog.restore(p, self.store)
+                self.metrics.restore_seconds.observe(restored.seconds)
+                log.info("partition restored", extra={
+                    "partitions": [p], "generation": restored.generation,
+                    "records": restored.records, "bytes": restored.bytes,
+                    "deltas": restored.deltas, "seconds": round(restored.seconds, 3)})
+            stale = await asyncio.to_thread(self.store.held_partitions)
+            if await asyncio.to_thread(self.store.drop_partitions, stale - partitions):
+                await asyncio.to_thread(self.store.compact)
+            self.engine.assign(partitions)
+            for p in new:
+                consumer.seek(TopicPartition(topics.INPUT, p), self.engine.next_offsets.get(p, 0))
+        finally:
+            self.restoring = False
         gc.collect()
         gc.freeze()
         self.metrics.worker_ready.set(1 if self.engine.partitions else 0)
         log.info("partitions assigned", extra={"partitions": sorted(partitions)})
 
     async def revoked(self, partitions: set[int]) -> None:
+        """Checkpoint, then hand the partitions over: their rows leave this worker's file
+        (except on shutdown: a stopped worker's file keeps them for ``report`` until it
+        starts again and drops what it no longer owns)."""
         async with self.lock:
             await self._guarded(self._checkpoint())
             self.engine.revoke(partitions)
+            changelog = self.changelog
+            assert changelog is not None
+            changelog.forget(partitions)
+            if not self.stopping.is_set() and await self._guarded(
+                    asyncio.to_thread(self.store.drop_partitions, partitions)):
+                await self._guarded(asyncio.to_thread(self.store.compact))
         self.metrics.worker_ready.set(1 if self.engine.partitions else 0)
         log.info("partitions revoked", extra={"partitions": sorted(partitions)})
 
@@ -262,8 +307,8 @@ class Worker:
     # ------------------------------------------------------------------ HTTP host
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        ok = bool(self.engine.partitions) and self.processing
-        return ok, {"partitions": sorted(self.engine.partitions)}
+        ok = bool(self.engine.partitions) and self.processing and not self.restoring
+        return ok, {"partitions": sorted(self.engine.partitions), "restoring": self.restoring}
 
     def open_session(self, user_id: str, session_id: str) -> SessionSummary | None:
         return self.engine.open_session(user_id, session_id)

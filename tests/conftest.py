@@ -91,6 +91,31 @@ class Broker:
         finally:
             consumer.close()
 
+    def changelog_bytes(self) -> bytes:
+        """The state data of every changelog topic, chunks joined, as a worker reads it."""
+        from kafka.admin import KafkaAdminClient
+
+        from streams.changelog import decode_entry
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+        try:
+            names = sorted(n for n in admin.list_topics() if ".changelog." in n)
+        finally:
+            admin.close()
+        assert names, "no changelog topic: the check would see nothing"
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
+                                 enable_auto_commit=False, consumer_timeout_ms=1000)
+        try:
+            out = []
+            for name in names:
+                tp = TopicPartition(name, 0)
+                consumer.assign([tp])
+                consumer.seek_to_beginning(tp)
+                out.extend(decode_entry(m.value).data for m in consumer)
+            return b"".join(out)
+        finally:
+            consumer.close()
+
     def close(self) -> None:
         if self._producer is not None:
             self._producer.close()

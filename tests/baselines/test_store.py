@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from baselines.migrations import MIGRATIONS
 from baselines.store import BaselineStore, BatchWrite, decode_state, encode_state
 from drift.baseline import UserBaselines
 from drift.model import BaselineKind, DriftConfig, Mode
@@ -113,8 +114,8 @@ def test_erasing_a_user_with_no_data_has_the_same_shape(store: BaselineStore) ->
 
 def test_migrations_are_idempotent_and_survive_compaction(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path / "m.duckdb")
-    assert store.migrate() == 1
+    assert store.migrate() == len(MIGRATIONS)
     store.compact()
-    assert store.migrate() == 1
+    assert store.migrate() == len(MIGRATIONS)
     store.close()
     assert BaselineStore(tmp_path / "m.duckdb", read_only=True).report()["tombstones"] == 0

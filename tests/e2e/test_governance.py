@@ -39,6 +39,10 @@ def test_stateless_and_ephemeral_users_leave_nothing_on_disk(broker, start_worke
     wait_until(lambda: worker.get("/v1/users/durable-user-3301/baselines", TOKEN)[0] == 200, 60,
                "durable user's baselines")
     assert worker.stop() == 0
+    changelog = broker.changelog_bytes()
+    assert b"durable-user-3301" in changelog, "the check must be able to see ids in the changelog"
+    assert b"ghost-stateless-7781" not in changelog
+    assert b"ghost-ephemeral-5512" not in changelog
     data = _bytes_under(worker.data_dir)
     assert b"durable-user-3301" in data, "the check must be able to see ids on disk"
     assert b"ghost-stateless-7781" not in data
@@ -58,6 +62,7 @@ def test_erasure_reaches_every_copy_and_the_next_session_has_no_baseline(broker,
     assert marker in str(body)
     worker.stop()
     assert marker.encode() in _bytes_under(worker.data_dir), "the check must see the value"
+    assert marker.encode() in broker.changelog_bytes(), "the check must see it in the changelog"
     worker.start()
 
     erase = user.erase("er-3", scope="all", request_id="erase-req-1")
@@ -84,8 +89,10 @@ def test_erasure_reaches_every_copy_and_the_next_session_has_no_baseline(broker,
     assert {t["kind"] for t in tombs} == {"attunement", "semantic"}
     assert all(t["request_id"] == "erase-req-1" and t["reason"] == "user_request" for t in tombs)
     assert marker not in str(history)
+    assert marker.encode() not in broker.changelog_bytes()
     worker.stop()
     assert marker.encode() not in _bytes_under(worker.data_dir)
+    assert marker.encode() not in broker.changelog_bytes()
 
 
 def test_review_api_refuses_without_a_token_and_hides_unknown_users(broker, start_worker):

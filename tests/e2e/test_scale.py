@@ -1,0 +1,188 @@
+"""State follows its partition: workers of one group hand partitions over through the changelog.
+
+Every test compares with the pure replay of the same events (which a single worker
+matches, ``test_pipeline.py``): after workers are killed, added and stopped, the
+set of output ids is the replay's, so nothing is lost, nothing is new, and a new
+owner scored with the baselines, holds and ladder it restored (without them its
+scores, HOLDs and responses would differ from the replay's).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from collections.abc import Callable
+
+from drift.model import DriftConfig, FhrEvent
+from drift.replay import replay
+from drift.simulation import Scenario, SimParams, simulate
+from streams import topics
+from tests.conftest import Broker, WorkerProcess, output_ids, wait_until
+
+KINDS = {"score": topics.SCORES, "response": topics.RESPONSES,
+         "violation": topics.VIOLATIONS}
+
+
+def _events(users: int, scenarios: list[Scenario]) -> list[FhrEvent]:
+    events: list[FhrEvent] = []
+    for evs, _ in simulate(31, scenarios, users, 1.7e9, SimParams()):
+        events.extend(evs)
+    events.sort(key=lambda e: e.ts_s)
+    return events
+
+
+def _expected(events: list[FhrEvent]) -> dict[str, set[str]]:
+    outs = replay(events, DriftConfig())
+    return {kind: {o.id for o in outs if o.kind.value == kind} for kind in KINDS}
+
+
+def _published(broker: Broker) -> dict[str, set[str]]:
+    return {kind: output_ids(broker.read(topic)) for kind, topic in KINDS.items()}
+
+
+def _wait_for(broker: Broker, want: dict[str, set[str]], what: str) -> None:
+    def caught_up() -> bool:
+        got = _published(broker)
+        return all(got[k] >= want[k] for k in want)
+
+    wait_until(caught_up, 180, what, interval_s=0.5,
+               detail=lambda: str({k: len(want[k] - v) for k, v in _published(broker).items()}))
+
+
+def _owned(worker: WorkerProcess) -> list[int]:
+    status, body = worker.get("/readyz")
+    return list(body.get("partitions", [])) if isinstance(body, dict) else []
+
+
+def _settled(workers: list[WorkerProcess]) -> Callable[[], bool]:
+    """Every partition owned by exactly one of ``workers``, each of them ready."""
+    def check() -> bool:
+        try:
+            owned = [p for w in workers for p in _owned(w)]
+            ready = all(w.get("/readyz")[0] == 200 for w in workers)
+        except OSError:
+            return False
+        return ready and sorted(owned) == [0, 1, 2, 3]
+    return check
+
+
+def test_a_new_owner_restores_state_and_goes_on_as_one_worker_would(broker, start_worker):
+    events = _events(8, [Scenario.STABLE, Scenario.ATTUNEMENT_SHIFT, Scenario.SAFETY_MISMATCH,
+                         Scenario.MODEL_CHANGE_HEALTHY])
+    cut = len(events) // 2
+    first = start_worker("first")
+    broker.send_events(events[:cut])
+    _wait_for(broker, _expected(events[:cut]), "the first half's outputs")
+    assert first.stop() == 0
+
+    second = start_worker("second")  # a fresh data directory: all it has is the changelog
+    broker.send_events(events[cut:])
+    want = _expected(events)
+    _wait_for(broker, want, "every output after the handover")
+    assert _published(broker) == want
+    for kind, topic in KINDS.items():
+        got = broker.read(topic)
+        assert len(got) == len(want[kind]), f"a {kind} was published twice"
+    status, body = second.get("/readyz")
+    assert status == 200 and body["restoring"] is False
+
+
+def test_three_workers_killed_added_and_stopped_lose_nothing(broker, start_worker):
+    events = _events(9, [Scenario.STABLE, Scenario.ATTUNEMENT_SHIFT, Scenario.SAFETY_MISMATCH,
+                         Scenario.SEMANTIC_CONTRADICTION, Scenario.GOVERNANCE])
+    quarter = len(events) // 4
+    cuts = [quarter, 2 * quarter, 3 * quarter, len(events)]
+    workers = [start_worker(f"w{i}") for i in range(3)]
+    wait_until(_settled(workers), 60, "three workers sharing the partitions")
+
+    broker.send_events(events[:cuts[0]])
+    _wait_for(broker, _expected(events[:cuts[0]]), "the first quarter's outputs")
+
+    victim = workers.pop(0)
+    victim.kill()  # SIGKILL: no revoke, no last checkpoint
+    broker.send_events(events[cuts[0]:cuts[1]])
+    wait_until(_settled(workers), 60, "the killed worker's partitions taken over")
+    _wait_for(broker, _expected(events[:cuts[1]]), "outputs after the kill")
+
+    workers.append(start_worker("added"))
+    broker.send_events(events[cuts[1]:cuts[2]])
+    wait_until(_settled(workers), 60, "the added worker given partitions")
+    assert _owned(workers[-1]), "the added worker owns a partition"
+    _wait_for(broker, _expected(events[:cuts[2]]), "outputs after the add")
+
+    leaving = workers.pop(0)
+    assert leaving.stop() == 0
+    broker.send_events(events[cuts[2]:])
+    wait_until(_settled(workers), 60, "the stopped worker's partitions taken over")
+    want = _expected(events)
+    _wait_for(broker, want, "every output")
+    time.sleep(2)  # anything extra a worker would publish late
+    assert _published(broker) == want
+
+
+def test_run_workers_n_shares_the_group_and_restarts_a_killed_worker(broker, tmp_path):
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from streams.broker import free_loopback_port
+    from tests.conftest import REPO, TOKEN
+
+    base = free_loopback_port()
+    while any(_port_taken(base + i) for i in range(3)):
+        base = free_loopback_port()
+    cfg = tmp_path / "fast.toml"
+    cfg.write_text("[worker]\ntimer_interval_s = 1.0\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
+    env.update(CONTINUITY_REVIEW_TOKEN=TOKEN, PYTHONWARNINGS="ignore")
+    log = open(tmp_path / "supervisor.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "run", "--workers", "3",
+                             "--broker", broker.bootstrap, "--data-dir", str(tmp_path / "data"),
+                             "--web-port", str(base), "--config", str(cfg)],
+                            cwd=REPO, env=env, stdout=log, stderr=log)
+
+    def readyz(i: int) -> dict:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{base + i}/readyz", timeout=2) as r:
+                return dict(json.loads(r.read()), status=r.status)
+        except OSError:
+            return {}
+
+    def divided() -> bool:
+        answers = [readyz(i) for i in range(3)]
+        owned = sorted(p for a in answers for p in a.get("partitions", []))
+        return all(a.get("status") == 200 for a in answers) and owned == [0, 1, 2, 3]
+
+    try:
+        wait_until(divided, 90, "three workers sharing the four partitions")
+        assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [
+            "worker-0", "worker-1", "worker-2"]
+        events = _events(6, [Scenario.STABLE, Scenario.SAFETY_MISMATCH, Scenario.ATTUNEMENT_SHIFT])
+        half = len(events) // 2
+        broker.send_events(events[:half])
+        _wait_for(broker, _expected(events[:half]), "outputs of the first half")
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == 3
+        os.kill(int(children[0]), signal.SIGKILL)
+        broker.send_events(events[half:])
+        want = _expected(events)
+        _wait_for(broker, want, "every output after a worker was killed")
+        wait_until(divided, 90, "the killed worker restarted and the partitions divided again")
+        assert _published(broker) == want
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _port_taken(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
