@@ -127,7 +127,7 @@ class Changelog:
         self.input_topic = input_topic
         self._pattern = re.compile(rf"^{re.escape(app_id)}\.changelog\.(\d+)\.(\d+)$")
         self._admin: KafkaAdminClient | None = None
-        self._replication = 1
+        self.replication = 1
         self.generations: dict[int, _Generation] = {}
 
     def topic(self, partition: int, number: int) -> str:
@@ -139,7 +139,7 @@ class Changelog:
             client_id=f"{self.app_id}-changelog-admin")
         described = await asyncio.to_thread(self._admin.describe_topics, [self.input_topic])
         replicas = described[0]["partitions"][0].get("replica_nodes") or [0]
-        self._replication = len(replicas)
+        self.replication = len(replicas)
 
     def close(self) -> None:
         if self._admin is not None:
@@ -206,7 +206,7 @@ class Changelog:
                       if partition in self.generations else 0]) + 1
         topic = self.topic(partition, number)
         await asyncio.to_thread(self._admin_client().create_topics, [
-            NewTopic(topic, 1, self._replication, topic_configs=_TOPIC_CONFIG)])
+            NewTopic(topic, 1, self.replication, topic_configs=_TOPIC_CONFIG)])
         epoch = uuid.uuid4().hex
         chunks = _chunks(data)
         await self._send(topic, [Entry(Kind.SNAPSHOT, epoch, 0, i, len(chunks), c)

@@ -6,7 +6,7 @@ import hmac
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from aiohttp import web
+from aiohttp import ClientError, ClientSession, ClientTimeout, web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from baselines.store import BaselineStore
@@ -19,6 +19,16 @@ NOT_FOUND = {"error": "not_found",
              "detail": "no such user or session, or not visible with this token"}
 DISABLED = {"error": "review_api_disabled",
             "detail": "no review token is configured (set CONTINUITY_REVIEW_TOKEN)"}
+MOVING = {"error": "partition_moving",
+          "detail": "this user's partition is moving between workers; retry in a few seconds"}
+UNREACHABLE = {"error": "owner_unreachable",
+               "detail": "the worker that owns this user's partition did not answer; retry"}
+
+#: Set on a request one worker forwards to another: the receiver answers it itself.
+FORWARDED = "X-Continuity-Forwarded"
+#: What a forwarded request carries over and what its answer brings back.
+_PASSED_ON = ("Authorization", "Idempotency-Key")
+FORWARD_TIMEOUT_S = 10.0
 
 
 class ReviewHost(Protocol):
@@ -29,6 +39,8 @@ class ReviewHost(Protocol):
     review_token: str | None
 
     def readiness(self) -> tuple[bool, dict[str, Any]]: ...
+
+    def owner_of(self, user_id: str) -> str | None: ...
 
     def open_session(self, user_id: str, session_id: str) -> SessionSummary | None: ...
 
@@ -54,10 +66,33 @@ def make_app(host: ReviewHost) -> web.Application:
     """The aiohttp application of one worker."""
 
     def guarded(handler: Handler) -> Handler:
+        """The token first; then the user's owner answers: this worker, or the one it
+        forwards to (a forwarded request is never forwarded again)."""
         async def run(request: web.Request) -> web.StreamResponse:
             denied = authorize(host.review_token, request)
-            return denied if denied is not None else await handler(request)
+            if denied is not None:
+                return denied
+            owner = host.owner_of(request.match_info["user_id"])
+            if owner is None:
+                return await handler(request)
+            if owner == "" or FORWARDED in request.headers:
+                return web.json_response(MOVING, status=503, headers={"Retry-After": "2"})
+            return await forward(request, owner)
         return run
+
+    async def forward(request: web.Request, owner: str) -> web.StreamResponse:
+        headers = {k: request.headers[k] for k in _PASSED_ON if k in request.headers}
+        headers[FORWARDED] = "1"
+        timeout = ClientTimeout(total=FORWARD_TIMEOUT_S)
+        try:
+            async with ClientSession(timeout=timeout) as client, client.request(
+                    request.method, owner + request.path_qs, headers=headers,
+                    data=await request.read()) as answer:
+                body = await answer.read()
+                return web.Response(body=body, status=answer.status,
+                                    content_type=answer.content_type)
+        except (ClientError, TimeoutError):
+            return web.json_response(UNREACHABLE, status=503, headers={"Retry-After": "2"})
 
     async def metrics(_: web.Request) -> web.StreamResponse:
         return web.Response(body=generate_latest(host.registry),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ class Settings:
     data_dir: Path = Path("./data")
     web_port: int = 6066
     web_host: str = "127.0.0.1"
+    advertised_url: str | None = None
     app_id: str = "continuity-drift"
     partitions: int = 4
     review_token: str | None = None
@@ -37,8 +39,19 @@ class Settings:
     log_level: str = "warning"
     drift: DriftConfig = field(default_factory=DriftConfig)
 
+    @property
+    def url(self) -> str:
+        """Where other workers reach this one's HTTP endpoints (review API forwarding)."""
+        if self.advertised_url:
+            return self.advertised_url.rstrip("/")
+        host = self.web_host
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.getfqdn()
+        return f"http://{host}:{self.web_port}"
 
-_SIMPLE = {"broker": str, "data_dir": Path, "web_port": int, "web_host": str, "app_id": str,
+
+_SIMPLE = {"broker": str, "data_dir": Path, "web_port": int, "web_host": str,
+           "advertised_url": str, "app_id": str,
            "partitions": int, "review_token": str, "batch_max": int, "batch_within_s": float,
            "fetch_wait_s": float, "checkpoint_interval_s": float, "timer_interval_s": float, "session_timeout_s": float,
            "heartbeat_interval_s": float, "rebalance_timeout_s": float, "log_level": str}

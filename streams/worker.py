@@ -33,6 +33,7 @@ from streams.changelog import Changelog
 from streams.engine import Engine, PendingBatch, Record
 from streams.http import make_app
 from streams.metrics import Metrics, build_metrics
+from streams.owners import Owners, partition_of
 from streams.settings import Settings
 
 log = logging.getLogger("continuity_drift.worker")
@@ -85,6 +86,8 @@ class Worker:
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
         self.changelog: Changelog | None = None
+        self.owners: Owners | None = None
+        self.input_partitions = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -112,6 +115,8 @@ class Worker:
             self.changelog = Changelog(self.bootstrap, s.app_id, self.producer, topics.INPUT,
                                        self.metrics)
             await self.changelog.start()
+            self.owners = Owners(self.bootstrap, s.app_id, self.producer, s.url)
+            await self.owners.start(self.changelog.replication)
             await self._learn_partitions()
             await self.consumer.start()
             self.consumer.subscribe([topics.INPUT], listener=_Rebalance(self))
@@ -124,6 +129,8 @@ class Worker:
             await self.producer.stop()
             if self.changelog is not None:
                 self.changelog.close()
+            if self.owners is not None:
+                await self.owners.stop()
             await runner.cleanup()
             self.store.close()
 
@@ -184,7 +191,7 @@ class Worker:
         partition: co-partitioned by user, without running the partitioner per message."""
         producer = self.producer
         assert producer is not None
-        wanted = len(await producer.partitions_for(topics.INPUT))
+        wanted = self.input_partitions = len(await producer.partitions_for(topics.INPUT))
         for topic in (*topics.OUTPUT_TOPICS.values(), topics.DEADLETTER):
             if len(await producer.partitions_for(topic)) == wanted:
                 self._copartitioned.add(topic)
@@ -275,6 +282,8 @@ class Worker:
             self.restoring = False
         gc.collect()
         gc.freeze()
+        assert self.owners is not None
+        await self.owners.announce(self.engine.partitions)
         self.metrics.worker_ready.set(1 if self.engine.partitions else 0)
         log.info("partitions assigned", extra={"partitions": sorted(partitions)})
 
@@ -291,6 +300,8 @@ class Worker:
             if not self.stopping.is_set() and await self._guarded(
                     asyncio.to_thread(self.store.drop_partitions, partitions)):
                 await self._guarded(asyncio.to_thread(self.store.compact))
+            assert self.owners is not None
+            await self._guarded(self.owners.announce(self.engine.partitions))
         self.metrics.worker_ready.set(1 if self.engine.partitions else 0)
         log.info("partitions revoked", extra={"partitions": sorted(partitions)})
 
@@ -309,6 +320,17 @@ class Worker:
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         ok = bool(self.engine.partitions) and self.processing and not self.restoring
         return ok, {"partitions": sorted(self.engine.partitions), "restoring": self.restoring}
+
+    def owner_of(self, user_id: str) -> str | None:
+        """None when this worker answers for ``user_id``; else the owner's address, or ""
+        while the user's partition has no owner (it is moving)."""
+        partition = self.engine.user_partition.get(user_id)
+        if partition is None and self.input_partitions:
+            partition = partition_of(user_id, self.input_partitions)
+        if partition is None or partition in self.engine.partitions:
+            return None
+        owner = self.owners.owner(partition) if self.owners is not None else None
+        return "" if owner is None or owner == self.settings.url else owner
 
     def open_session(self, user_id: str, session_id: str) -> SessionSummary | None:
         return self.engine.open_session(user_id, session_id)

@@ -186,3 +186,107 @@ def _port_taken(port: int) -> bool:
 
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_any_worker_answers_the_review_api_for_any_user(broker, start_worker):
+    from streams.owners import partition_of
+    from tests.builders import UserScript
+    from tests.conftest import TOKEN
+
+    one, two = start_worker("one"), start_worker("two")
+    wait_until(_settled([one, two]), 60, "two workers sharing the partitions")
+    users = [UserScript(f"review-{i}", seed=40 + i) for i in range(8)]
+    for u in users:
+        for s in range(3):
+            u.session(f"{u.user_id}-s{s}")
+    broker.send_events([e for u in users for e in u.events])
+    for u in users:
+        wait_until(lambda u=u: any(w.get(f"/v1/users/{u.user_id}/baselines", TOKEN)[0] == 200
+                                   for w in (one, two)), 90, f"baselines of {u.user_id}")
+
+    def owner(user_id: str) -> WorkerProcess:
+        p = partition_of(user_id, 4)
+        return one if p in _owned(one) else two
+
+    split = {id(owner(u.user_id)) for u in users}
+    assert len(split) == 2, "the users must fall on both workers for the test to mean anything"
+    for u in users:
+        path = f"/v1/users/{u.user_id}/baselines"
+        answers = [w.get(path, TOKEN) for w in (one, two)]
+        assert answers[0] == answers[1] and answers[0][0] == 200
+        history = [w.get(path + "/history", TOKEN) for w in (one, two)]
+        assert history[0] == history[1] and history[0][0] == 200
+    for w in (one, two):
+        assert w.get("/v1/users/nobody-at-all/baselines", TOKEN) == \
+            w.get(f"/v1/users/{users[0].user_id}/baselines", "wrong-token")
+        assert w.get("/v1/users/nobody-at-all/baselines", TOKEN)[0] == 404
+
+    target = users[0].user_id
+    elsewhere = two if owner(target) is one else one
+    status, receipt = elsewhere.post(f"/v1/users/{target}/erase", TOKEN,
+                                     {"Idempotency-Key": "forwarded-erase-1"})
+    assert status == 200 and receipt["outcome"] == "verified"
+    assert all(t["versions"] >= 1 for t in receipt["targets"]), "the owner erased the versions"
+    assert owner(target).get(f"/v1/users/{target}/baselines", TOKEN)[0] == 404
+
+    victim = owner(users[1].user_id)
+    survivor = two if victim is one else one
+    victim.kill()
+    assert survivor.get(f"/v1/users/{users[1].user_id}/baselines", "wrong-token")[0] == 404, \
+        "the token is checked before anything is forwarded"
+    wait_until(lambda: survivor.get(f"/v1/users/{users[1].user_id}/baselines", TOKEN)[0] == 200,
+               60, "the survivor answering after it took the partition over")
+
+
+def test_readyz_is_503_while_a_partition_is_restored(broker, start_worker):
+    import json
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from tests.builders import UserScript
+
+    first = start_worker("before")
+    users = [UserScript(f"bulk-{i:05d}", seed=i) for i in range(1500)]
+    for u in users:
+        u.session(f"{u.user_id}-s0", turns=6)
+    events = [e for u in users for e in u.events]
+    broker.send_events(events)
+    from tests.conftest import events_processed
+    wait_until(lambda: events_processed(first) >= len(events), 180, "every event processed")
+    assert first.stop() == 0
+
+    seen: list[tuple[int, bool]] = []
+    done = threading.Event()
+    second = WorkerProcess(broker.bootstrap, first.data_dir.parent / "after",
+                           {"worker": {"log_level": "info"}})
+
+    def poll() -> None:
+        while not done.is_set():
+            try:
+                with urllib.request.urlopen(second.url + "/readyz", timeout=2) as r:
+                    seen.append((r.status, json.loads(r.read())["restoring"]))
+            except urllib.error.HTTPError as exc:
+                seen.append((exc.code, json.loads(exc.read())["restoring"]))
+            except OSError:
+                pass
+            time.sleep(0.01)
+
+    second.start(wait_ready=False)
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        second.wait_ready()
+    finally:
+        done.set()
+        poller.join()
+        second.stop()
+    log = (second.data_dir.parent / "after.log").read_text()
+    restored = [json.loads(line) for line in log.splitlines()
+                if line.startswith("{") and '"partition restored"' in line]
+    assert sorted(r["partitions"][0] for r in restored) == [0, 1, 2, 3]
+    assert sum(r["bytes"] for r in restored) > 1_000_000, "the state must be worth restoring"
+    assert (503, True) in seen, f"never saw 503 while restoring: {sorted(set(seen))}"
+    assert seen[-1] == (200, False)
+    first_ready = seen.index((200, False))
+    assert (503, True) not in seen[first_ready:], "ready, then restoring again"
