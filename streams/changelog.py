@@ -137,7 +137,8 @@ class Changelog:
         self._admin = await asyncio.to_thread(
             KafkaAdminClient, bootstrap_servers=self.bootstrap,
             client_id=f"{self.app_id}-changelog-admin")
-        described = await asyncio.to_thread(self._admin.describe_topics, [self.input_topic])
+        described = await asyncio.to_thread(self._admin_client().describe_topics,
+                                            [self.input_topic])
         replicas = described[0]["partitions"][0].get("replica_nodes") or [0]
         self.replication = len(replicas)
 

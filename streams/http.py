@@ -40,6 +40,8 @@ class ReviewHost(Protocol):
 
     def readiness(self) -> tuple[bool, dict[str, Any]]: ...
 
+    def health(self) -> dict[str, Any]: ...
+
     def owner_of(self, user_id: str) -> str | None: ...
 
     def open_session(self, user_id: str, session_id: str) -> SessionSummary | None: ...
@@ -99,7 +101,7 @@ def make_app(host: ReviewHost) -> web.Application:
                             content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     async def healthz(_: web.Request) -> web.StreamResponse:
-        return web.json_response({"status": "ok"})
+        return web.json_response(host.health())  # 200 also when degraded: the process is fine
 
     async def readyz(_: web.Request) -> web.StreamResponse:
         ok, detail = host.readiness()

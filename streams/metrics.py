@@ -90,6 +90,7 @@ class Metrics:
     checkpoint_seconds: Histogram
     checkpoint_records: Histogram
     restore_seconds: Histogram
+    broker_reachable: Gauge
     changelog_bytes: Counter
     changelog_rolls: Counter
     _children: dict[tuple[int, str], Any] = field(default_factory=dict, compare=False,
@@ -203,6 +204,10 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
         checkpoint_records=Histogram(
             "continuity_checkpoint_records", "Input records covered by one checkpoint",
             buckets=CHECKPOINT_BUCKETS, registry=r),
+        broker_reachable=Gauge(
+            "continuity_broker_reachable",
+            "1 while the broker answers and takes what the worker sends; 0 while it waits",
+            registry=r),
         restore_seconds=Histogram(
             "continuity_restore_seconds",
             "Time to restore one partition's state from its changelog into DuckDB",

@@ -39,7 +39,7 @@ def partition_of(user_id: str, partitions: int) -> int:
     >>> partition_of("u-1", 4) == partition_of("u-1", 4) and 0 <= partition_of("u-1", 4) < 4
     True
     """
-    return (murmur2(user_id.encode("utf-8")) & 0x7FFFFFFF) % partitions
+    return (int(murmur2(user_id.encode("utf-8"))) & 0x7FFFFFFF) % partitions
 
 
 class Owners:

@@ -19,11 +19,14 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, NoReturn, TypeVar
 
+import kafka.errors
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from baselines.store import BaselineStore, BatchWrite
@@ -40,6 +43,15 @@ log = logging.getLogger("continuity_drift.worker")
 
 EXIT_REPLAY = 70
 
+#: Faults of the broker or the network, not of a record or the store: the worker waits them
+#: out (degraded) and tries again; anything else still ends the process.
+BROKER_FAULTS = (KafkaError, kafka.errors.KafkaError, OSError, TimeoutError)
+#: How often the worker asks the broker for metadata to tell whether it is reachable.
+PROBE_INTERVAL_S = 2.0
+RETRY_MAX_S = 5.0
+
+T = TypeVar("T")
+
 
 def _exit_for_replay(what: str) -> NoReturn:
     """End the process at once, before a checkpoint can cover the failed work."""
@@ -47,6 +59,10 @@ def _exit_for_replay(what: str) -> NoReturn:
                   "restart", what)
     logging.shutdown()
     os._exit(EXIT_REPLAY)
+
+
+async def _failed(exc: BaseException) -> None:
+    raise exc
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -88,6 +104,8 @@ class Worker:
         self.changelog: Changelog | None = None
         self.owners: Owners | None = None
         self.input_partitions = 0
+        self.broker_ok = True
+        self._waiting_on: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -120,7 +138,11 @@ class Worker:
             await self._learn_partitions()
             await self.consumer.start()
             self.consumer.subscribe([topics.INPUT], listener=_Rebalance(self))
-            await self._consume()
+            probe = asyncio.create_task(self._watch_broker())
+            try:
+                await self._consume()
+            finally:
+                probe.cancel()
             async with self.lock:
                 await self._checkpoint()
             return 0
@@ -177,11 +199,28 @@ class Worker:
         if not batch.messages:
             return
         same = self._copartitioned
-        acks = [await producer.send(m.topic, m.value, key=m.key,
-                                    partition=m.partition if m.partition >= 0 and m.topic in same
-                                    else None)
-                for m in batch.messages]
-        await asyncio.gather(*acks)
+        pending = batch.messages
+        delay = 0.5
+        while pending:
+            acks = []
+            for m in pending:
+                try:
+                    acks.append(await producer.send(
+                        m.topic, m.value, key=m.key,
+                        partition=m.partition if m.partition >= 0 and m.topic in same else None))
+                except BROKER_FAULTS as exc:
+                    acks.append(_failed(exc))
+            results = await asyncio.gather(*acks, return_exceptions=True)
+            for r in results:
+                if isinstance(r, BaseException) and not isinstance(r, BROKER_FAULTS):
+                    raise r
+            pending = [m for m, r in zip(pending, results, strict=True)
+                       if isinstance(r, BaseException)]
+            if pending:  # the broker did not take them: the same messages again, same ids
+                self._wait_on("publishing", results)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, RETRY_MAX_S)
+        self._waiting_on = None
         now = time.time()
         for ts in batch.source_timestamps:
             self.metrics.end_to_end_latency.observe(max(0.0, now - ts))
@@ -235,18 +274,24 @@ class Worker:
             rows = await asyncio.to_thread(store.rows_of, write)
             deltas = {p: r for p, r in rows.by_partition(write.dropped_states).items()
                       if p not in erased}
-            self.metrics.changelog_bytes.inc(await changelog.append(deltas))
+            self.metrics.changelog_bytes.inc(await self._until_done(
+                "writing the changelog", lambda: changelog.append(deltas)))
             await asyncio.to_thread(store.apply_rows, rows)
             owned = self.engine.partitions
             for p in sorted((erased | set(changelog.due())) & owned):
-                self.metrics.changelog_bytes.inc(await changelog.roll(p, store))
+                self.metrics.changelog_bytes.inc(await self._until_done(
+                    "rolling the changelog", partial(changelog.roll, p, store)))
             if erased:
                 await asyncio.to_thread(store.compact)
             consumer = self.consumer
             offsets = {TopicPartition(topics.INPUT, p): o for p, o in write.offsets.items()
                        if p in owned}
             if offsets and consumer is not None:
-                await consumer.commit(offsets)
+                try:
+                    await consumer.commit(offsets)
+                except BROKER_FAULTS as exc:  # the stored offsets are the truth; next time
+                    log.warning("group offsets not committed; the next checkpoint will",
+                                extra={"error_type": type(exc).__name__})
         except Exception:  # noqa: BLE001 - logged and ended in _exit_for_replay
             _exit_for_replay("checkpoint failed")
         self.metrics.checkpoint_seconds.observe(time.monotonic() - started)
@@ -266,7 +311,8 @@ class Worker:
         self.restoring = True
         try:
             for p in new:
-                restored = await changelog.restore(p, self.store)
+                restored = await self._until_done(
+                    "restoring", partial(changelog.restore, p, self.store))
                 self.metrics.restore_seconds.observe(restored.seconds)
                 log.info("partition restored", extra={
                     "partitions": [p], "generation": restored.generation,
@@ -282,8 +328,10 @@ class Worker:
             self.restoring = False
         gc.collect()
         gc.freeze()
-        assert self.owners is not None
-        await self.owners.announce(self.engine.partitions)
+        owners = self.owners
+        assert owners is not None
+        await self._until_done("claiming partitions",
+                               lambda: owners.announce(self.engine.partitions))
         self.metrics.worker_ready.set(1 if self.engine.partitions else 0)
         log.info("partitions assigned", extra={"partitions": sorted(partitions)})
 
@@ -300,10 +348,60 @@ class Worker:
             if not self.stopping.is_set() and await self._guarded(
                     asyncio.to_thread(self.store.drop_partitions, partitions)):
                 await self._guarded(asyncio.to_thread(self.store.compact))
-            assert self.owners is not None
-            await self._guarded(self.owners.announce(self.engine.partitions))
+            owners = self.owners
+            assert owners is not None
+            await self._guarded(self._until_done(
+                "claiming partitions", lambda: owners.announce(self.engine.partitions)))
         self.metrics.worker_ready.set(1 if self.engine.partitions else 0)
         log.info("partitions revoked", extra={"partitions": sorted(partitions)})
+
+    # ------------------------------------------------------------------ broker faults
+
+    async def _until_done(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()`` until the broker lets it finish; each attempt must be safe to repeat."""
+        delay = 0.5
+        while True:
+            try:
+                result = await attempt()
+            except BROKER_FAULTS as exc:
+                self._wait_on(what, [exc])
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, RETRY_MAX_S)
+                continue
+            self._waiting_on = None
+            return result
+
+    def _wait_on(self, what: str, results: list[Any]) -> None:
+        if self._waiting_on != what:
+            kinds = sorted({type(r).__name__ for r in results if isinstance(r, BaseException)})
+            log.warning("broker unavailable while %s; retrying", what,
+                        extra={"error_type": ",".join(kinds)})
+        self._waiting_on = what
+        self.metrics.broker_reachable.set(0)
+
+    async def _watch_broker(self) -> None:
+        """Ask the broker for metadata every few seconds: /healthz and /readyz follow."""
+        producer = self.producer
+        assert producer is not None
+        while True:
+            try:
+                await asyncio.wait_for(producer.client.fetch_all_metadata(), PROBE_INTERVAL_S)
+                ok = True
+            except BROKER_FAULTS:
+                ok = False
+            if ok != self.broker_ok:
+                log.warning("broker reachable again" if ok else "broker unreachable",
+                            extra={"bootstrap": self.bootstrap})
+            self.broker_ok = ok
+            self.metrics.broker_reachable.set(1 if ok and self._waiting_on is None else 0)
+            await asyncio.sleep(PROBE_INTERVAL_S)
+
+    def health(self) -> dict[str, Any]:
+        if self.broker_ok and self._waiting_on is None:
+            return {"status": "ok"}
+        return {"status": "degraded",
+                "detail": f"broker unavailable ({self._waiting_on or 'no answer to metadata'});"
+                          " retrying, nothing is lost"}
 
     def _update_lag(self) -> None:
         consumer = self.consumer
@@ -318,8 +416,11 @@ class Worker:
     # ------------------------------------------------------------------ HTTP host
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        ok = bool(self.engine.partitions) and self.processing and not self.restoring
-        return ok, {"partitions": sorted(self.engine.partitions), "restoring": self.restoring}
+        degraded = self.health()["status"] != "ok"
+        ok = (bool(self.engine.partitions) and self.processing and not self.restoring
+              and not degraded)
+        return ok, {"partitions": sorted(self.engine.partitions), "restoring": self.restoring,
+                    "degraded": degraded}
 
     def owner_of(self, user_id: str) -> str | None:
         """None when this worker answers for ``user_id``; else the owner's address, or ""

@@ -10,17 +10,19 @@ scores, HOLDs and responses would differ from the replay's).
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
-from drift.model import DriftConfig, FhrEvent
-from drift.replay import replay
+from drift.model import FhrEvent
 from drift.simulation import Scenario, SimParams, simulate
-from streams import topics
-from tests.conftest import Broker, WorkerProcess, output_ids, wait_until
-
-KINDS = {"score": topics.SCORES, "response": topics.RESPONSES,
-         "violation": topics.VIOLATIONS}
+from tests.conftest import (
+    REPLAYED,
+    Broker,
+    WorkerProcess,
+    published_ids,
+    replay_ids,
+    wait_until,
+)
 
 
 def _events(users: int, scenarios: list[Scenario]) -> list[FhrEvent]:
@@ -31,26 +33,17 @@ def _events(users: int, scenarios: list[Scenario]) -> list[FhrEvent]:
     return events
 
 
-def _expected(events: list[FhrEvent]) -> dict[str, set[str]]:
-    outs = replay(events, DriftConfig())
-    return {kind: {o.id for o in outs if o.kind.value == kind} for kind in KINDS}
-
-
-def _published(broker: Broker) -> dict[str, set[str]]:
-    return {kind: output_ids(broker.read(topic)) for kind, topic in KINDS.items()}
-
-
 def _wait_for(broker: Broker, want: dict[str, set[str]], what: str) -> None:
     def caught_up() -> bool:
-        got = _published(broker)
+        got = published_ids(broker)
         return all(got[k] >= want[k] for k in want)
 
     wait_until(caught_up, 180, what, interval_s=0.5,
-               detail=lambda: str({k: len(want[k] - v) for k, v in _published(broker).items()}))
+               detail=lambda: str({k: len(want[k] - v) for k, v in published_ids(broker).items()}))
 
 
 def _owned(worker: WorkerProcess) -> list[int]:
-    status, body = worker.get("/readyz")
+    _, body = worker.get("/readyz")
     return list(body.get("partitions", [])) if isinstance(body, dict) else []
 
 
@@ -72,15 +65,15 @@ def test_a_new_owner_restores_state_and_goes_on_as_one_worker_would(broker, star
     cut = len(events) // 2
     first = start_worker("first")
     broker.send_events(events[:cut])
-    _wait_for(broker, _expected(events[:cut]), "the first half's outputs")
+    _wait_for(broker, replay_ids(events[:cut]), "the first half's outputs")
     assert first.stop() == 0
 
     second = start_worker("second")  # a fresh data directory: all it has is the changelog
     broker.send_events(events[cut:])
-    want = _expected(events)
+    want = replay_ids(events)
     _wait_for(broker, want, "every output after the handover")
-    assert _published(broker) == want
-    for kind, topic in KINDS.items():
+    assert published_ids(broker) == want
+    for kind, topic in REPLAYED.items():
         got = broker.read(topic)
         assert len(got) == len(want[kind]), f"a {kind} was published twice"
     status, body = second.get("/readyz")
@@ -96,28 +89,28 @@ def test_three_workers_killed_added_and_stopped_lose_nothing(broker, start_worke
     wait_until(_settled(workers), 60, "three workers sharing the partitions")
 
     broker.send_events(events[:cuts[0]])
-    _wait_for(broker, _expected(events[:cuts[0]]), "the first quarter's outputs")
+    _wait_for(broker, replay_ids(events[:cuts[0]]), "the first quarter's outputs")
 
     victim = workers.pop(0)
     victim.kill()  # SIGKILL: no revoke, no last checkpoint
     broker.send_events(events[cuts[0]:cuts[1]])
     wait_until(_settled(workers), 60, "the killed worker's partitions taken over")
-    _wait_for(broker, _expected(events[:cuts[1]]), "outputs after the kill")
+    _wait_for(broker, replay_ids(events[:cuts[1]]), "outputs after the kill")
 
     workers.append(start_worker("added"))
     broker.send_events(events[cuts[1]:cuts[2]])
     wait_until(_settled(workers), 60, "the added worker given partitions")
     assert _owned(workers[-1]), "the added worker owns a partition"
-    _wait_for(broker, _expected(events[:cuts[2]]), "outputs after the add")
+    _wait_for(broker, replay_ids(events[:cuts[2]]), "outputs after the add")
 
     leaving = workers.pop(0)
     assert leaving.stop() == 0
     broker.send_events(events[cuts[2]:])
     wait_until(_settled(workers), 60, "the stopped worker's partitions taken over")
-    want = _expected(events)
+    want = replay_ids(events)
     _wait_for(broker, want, "every output")
     time.sleep(2)  # anything extra a worker would publish late
-    assert _published(broker) == want
+    assert published_ids(broker) == want
 
 
 def test_run_workers_n_shares_the_group_and_restarts_a_killed_worker(broker, tmp_path):
@@ -163,15 +156,15 @@ def test_run_workers_n_shares_the_group_and_restarts_a_killed_worker(broker, tmp
         events = _events(6, [Scenario.STABLE, Scenario.SAFETY_MISMATCH, Scenario.ATTUNEMENT_SHIFT])
         half = len(events) // 2
         broker.send_events(events[:half])
-        _wait_for(broker, _expected(events[:half]), "outputs of the first half")
+        _wait_for(broker, replay_ids(events[:half]), "outputs of the first half")
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         assert len(children) == 3
         os.kill(int(children[0]), signal.SIGKILL)
         broker.send_events(events[half:])
-        want = _expected(events)
+        want = replay_ids(events)
         _wait_for(broker, want, "every output after a worker was killed")
         wait_until(divided, 90, "the killed worker restarted and the partitions divided again")
-        assert _published(broker) == want
+        assert published_ids(broker) == want
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
     finally:
