@@ -247,19 +247,27 @@ class BaselineStore:
         keys = ("baseline_id", "kind", "version", "erased_at", "reason", "request_id")
         return [_from_row(r) for r in rows], [dict(zip(keys, t)) for t in tombs]
 
-    def list_users(self, limit: int) -> list[dict[str, Any]]:
-        """Users with baselines: latest version per kind and last creation time."""
+    def list_users(self, limit: int, user_id: str | None = None
+                   ) -> tuple[list[dict[str, Any]], int]:
+        """Users with baselines (latest version per kind, last creation time), at most
+        ``limit`` of them in user id order, and how many there are; ``user_id``: only that one."""
+        where, params = ("WHERE user_id = ?", [user_id]) if user_id is not None else ("", [])
         with self._lock:
+            total = self._con.execute(
+                f"SELECT count(DISTINCT user_id) FROM baseline_versions {where}",
+                params).fetchone()
             rows = self._con.execute(
                 "SELECT user_id, kind, max(version), max(created_at) FROM baseline_versions "
-                "GROUP BY user_id, kind ORDER BY user_id, kind").fetchall()
+                f"WHERE user_id IN (SELECT DISTINCT user_id FROM baseline_versions {where} "
+                "ORDER BY user_id LIMIT ?) GROUP BY user_id, kind ORDER BY user_id, kind",
+                [*params, limit]).fetchall()
         users: dict[str, dict[str, Any]] = {}
         for user_id, kind, version, created in rows:
             entry = users.setdefault(user_id, {"user_id": user_id, "versions": {},
                                                "last_created_at": 0.0})
             entry["versions"][kind] = int(version)
             entry["last_created_at"] = max(entry["last_created_at"], float(created))
-        return list(users.values())[:limit]
+        return list(users.values()), int(total[0]) if total else 0
 
     def session(self, user_id: str, session_id: str) -> SessionSummary | None:
         with self._lock:

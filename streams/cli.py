@@ -11,6 +11,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from drift.simulation import Scenario
 from streams import topics
 from streams.broker import BrokerStartError, EmbeddedBroker
 from streams.demo import cmd_demo
-from streams.present import describe_baseline
+from streams.present import baselines_view, history_view, users_view
 from streams.settings import Settings, SettingsError, load_settings
 from streams.simulate import cmd_simulate
 from streams.supervise import supervise, worker_argv
@@ -179,10 +180,13 @@ def _parser() -> argparse.ArgumentParser:
     base.add_argument("action", choices=["list", "show", "history"],
                       help="list users with baselines, show a user's current baselines, or the "
                            "history of their versions and tombstones")
-    base.add_argument("--user", help="user id (required for show and history)")
+    base.add_argument("--user", help="user id (required for show and history; with list, "
+                                     "only that user)")
     base.add_argument("--data-dir", type=Path, default=Path("./data"),
                       help="the worker's data directory, read when no worker runs (default ./data)")
-    base.add_argument("--limit", type=int, default=100, help="list at most this many users")
+    base.add_argument("--limit", type=_positive_int, default=100,
+                      help="list at most this many users, in user id order (default 100; the "
+                           "output says how many there are in all)")
     base.add_argument("--api", help="review API base URL, e.g. http://127.0.0.1:6066")
     base.add_argument("--token", default=os.environ.get("CONTINUITY_REVIEW_TOKEN"),
                       help="review API bearer token (default: $CONTINUITY_REVIEW_TOKEN)")
@@ -318,18 +322,25 @@ def _api_get(base: str, path: str, token: str | None) -> Any:
 
 
 def cmd_baselines(args: argparse.Namespace) -> int:
+    """The same JSON whichever source: a worker's review API, or a stopped worker's file."""
     if args.action in ("show", "history") and not args.user:
         print(f"baselines {args.action}: --user is required", file=sys.stderr)
         return 2
     if args.api:
-        if args.action == "list":
-            print("baselines list reads the DuckDB file; use --data-dir with the worker stopped",
-                  file=sys.stderr)
-            return 2
-        path = f"/v1/users/{args.user}/baselines" + ("/history" if args.action == "history"
-                                                     else "")
-        print(json.dumps(_api_get(args.api, path, args.token), indent=2))
-        return 0
+        if args.action == "list" and args.user:
+            path = f"/v1/users/{args.user}/baselines"
+            view = _api_get(args.api, path, args.token)
+            out: dict[str, Any] | None = users_view([{
+                "user_id": args.user,
+                "versions": {b["kind"]: b["version"] for b in view["baselines"]},
+                "last_created_at": max(_epoch(b["created_at"]) for b in view["baselines"])}],
+                1, args.limit, "the user's owner, through " + args.api)
+        elif args.action == "list":
+            out = _api_get(args.api, f"/v1/users?limit={args.limit}", args.token)
+        else:
+            suffix = "/history" if args.action == "history" else ""
+            out = _api_get(args.api, f"/v1/users/{args.user}/baselines{suffix}", args.token)
+        return _print_view(out, args)
     db = args.data_dir / "continuity.duckdb"
     if not db.exists():
         print(f"no database at {db}; pass --data-dir of a worker", file=sys.stderr)
@@ -342,20 +353,32 @@ def cmd_baselines(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.action == "list":
-            for entry in store.list_users(args.limit):
-                kinds = " ".join(f"{k}=v{v}" for k, v in entry["versions"].items())
-                print(f"{entry['user_id']}\t{kinds}")
+            entries, total = store.list_users(args.limit, args.user)
+            out = users_view(entries, total, args.limit, f"data directory {args.data_dir}")
+            if args.user and not entries:
+                out = None
         elif args.action == "show":
-            current = store.user_baselines(args.user)
-            print(json.dumps([describe_baseline(b) for b in (current.attunement, current.semantic,
-                                                     current.safety) if b is not None], indent=2))
+            out = baselines_view(args.user, store.user_baselines(args.user))
         else:
-            versions, tombstones = store.history(args.user)
-            print(json.dumps({"versions": [describe_baseline(b, values=False) for b in versions],
-                              "tombstones": tombstones}, indent=2))
+            out = history_view(args.user, *store.history(args.user))
     finally:
         store.close()
+    return _print_view(out, args)
+
+
+def _print_view(out: dict[str, Any] | None, args: argparse.Namespace) -> int:
+    if out is None:
+        print(f"no baselines for user {args.user!r} in {args.data_dir}", file=sys.stderr)
+        return 4
+    print(json.dumps(out, indent=2))
+    if out.get("truncated"):
+        print(f"showing {out['shown']} of {out['total']} users (--limit {out['limit']}); "
+              "raise --limit for more", file=sys.stderr)
     return 0
+
+
+def _epoch(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def cmd_report(args: argparse.Namespace) -> int:

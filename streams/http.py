@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from baselines.store import BaselineStore
 from drift.baseline import derive_id
 from drift.outputs import ErasureReceipt, SessionSummary
-from streams.present import describe_baseline
+from streams.present import baselines_view, history_view, session_view, users_view
 from streams.wire import payload
 
 NOT_FOUND = {"error": "not_found",
@@ -109,21 +109,13 @@ def make_app(host: ReviewHost) -> web.Application:
 
     async def baselines(request: web.Request) -> web.StreamResponse:
         user_id = request.match_info["user_id"]
-        current = host.store.user_baselines(user_id)
-        if not current.metas():
-            return web.json_response(NOT_FOUND, status=404)
-        return web.json_response({"user_id": user_id, "baselines": [
-            describe_baseline(b) for b in (current.attunement, current.semantic, current.safety)
-            if b is not None]})
+        view = baselines_view(user_id, host.store.user_baselines(user_id))
+        return web.json_response(view) if view else web.json_response(NOT_FOUND, status=404)
 
     async def history(request: web.Request) -> web.StreamResponse:
         user_id = request.match_info["user_id"]
-        versions, tombstones = host.store.history(user_id)
-        if not versions and not tombstones:
-            return web.json_response(NOT_FOUND, status=404)
-        return web.json_response({
-            "user_id": user_id, "versions": [describe_baseline(b, values=False) for b in versions],
-            "tombstones": tombstones})
+        view = history_view(user_id, *host.store.history(user_id))
+        return web.json_response(view) if view else web.json_response(NOT_FOUND, status=404)
 
     async def session(request: web.Request) -> web.StreamResponse:
         user_id, session_id = request.match_info["user_id"], request.match_info["session_id"]
@@ -131,13 +123,24 @@ def make_app(host: ReviewHost) -> web.Application:
                                                                               session_id)
         if summary is None:
             return web.json_response(NOT_FOUND, status=404)
-        return web.json_response({
-            "user_id": summary.user_id, "session_id": summary.session_id,
-            "mode": summary.mode.value, "started_at": summary.started_s,
-            "ended_at": summary.ended_s, "turns": summary.turns,
-            "max_effective_tier": summary.max_tier.label, "scores": summary.scores,
-            "model_change": summary.model_change,
-            "reattune_quality_score": summary.reattune_quality})
+        return web.json_response(session_view(summary))
+
+    async def users(request: web.Request) -> web.StreamResponse:
+        denied = authorize(host.review_token, request)
+        if denied is not None:
+            return denied
+        try:
+            limit = int(request.query.get("limit", "100"))
+        except ValueError:
+            limit = 0
+        if limit < 1:
+            return web.json_response({"error": "bad_request",
+                                      "detail": "limit must be a whole number of at least 1"},
+                                     status=400)
+        entries, total = host.store.list_users(limit)
+        _, detail = host.readiness()
+        scope = f"this worker's partitions {detail.get('partitions', [])}"
+        return web.json_response(users_view(entries, total, limit, scope))
 
     async def erase(request: web.Request) -> web.StreamResponse:
         user_id = request.match_info["user_id"]
@@ -153,6 +156,7 @@ def make_app(host: ReviewHost) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/v1/users", users)
     app.router.add_get("/v1/users/{user_id}/baselines", guarded(baselines))
     app.router.add_get("/v1/users/{user_id}/baselines/history", guarded(history))
     app.router.add_get("/v1/users/{user_id}/sessions/{session_id}", guarded(session))

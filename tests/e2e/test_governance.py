@@ -241,3 +241,50 @@ def test_the_sweep_purges_baselines_of_users_who_never_return(broker, start_work
     status, history = worker.get("/v1/users/quiet-user/baselines/history", TOKEN)
     assert status == 200 and history["versions"] == []
     assert {t["reason"] for t in history["tombstones"]} == {"ttl_expired"}
+
+
+def _cli_json(*argv: str) -> tuple[int, object, str]:
+    done = subprocess.run([sys.executable, "-m", "streams.cli", *argv], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=False)
+    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None, done.stderr
+
+
+def test_baselines_answer_the_same_from_the_api_and_the_data_dir(broker, start_worker):
+    worker = start_worker()
+    users = [UserScript(f"same-shape-{i}", seed=60 + i) for i in range(3)]
+    for u in users:
+        for s in range(3):
+            u.session(f"{u.user_id}-s{s}")
+    broker.send_events([e for u in users for e in u.events])
+    for u in users:
+        wait_until(lambda u=u: worker.get(f"/v1/users/{u.user_id}/baselines", TOKEN)[0] == 200,
+                   90, "baselines")
+    api = ["--api", worker.url, "--token", TOKEN]
+    via_api = {action: _cli_json("baselines", action, "--user", "same-shape-1", *api)
+               for action in ("show", "history")}
+    listed_api = _cli_json("baselines", "list", "--limit", "2", *api)
+    assert worker.stop() == 0
+    local = ["--data-dir", str(worker.data_dir)]
+    for action, (code, body, _) in via_api.items():
+        again = _cli_json("baselines", action, "--user", "same-shape-1", *local)
+        assert code == again[0] == 0
+        assert body == again[1], f"{action}: the API and the file answer differently"
+    shown = via_api["show"][1]
+    assert isinstance(shown, dict)
+    assert all(b["created_at"].endswith("Z") and "T" in b["created_at"]
+               for b in shown["baselines"]), "ISO 8601 times"
+
+    code, listed, note = _cli_json("baselines", "list", "--limit", "2", *local)
+    assert code == 0 and isinstance(listed, dict)
+    assert [u["user_id"] for u in listed["users"]] == ["same-shape-0", "same-shape-1"]
+    assert (listed["shown"], listed["total"], listed["truncated"]) == (2, 3, True)
+    assert "showing 2 of 3 users" in note
+    assert listed_api[0] == 0 and isinstance(listed_api[1], dict)
+    assert {k: v for k, v in listed_api[1].items() if k != "scope"} == \
+        {k: v for k, v in listed.items() if k != "scope"}
+
+    code, one, _ = _cli_json("baselines", "list", "--user", "same-shape-2", *local)
+    assert code == 0 and isinstance(one, dict)
+    assert [u["user_id"] for u in one["users"]] == ["same-shape-2"]
+    code, _, why = _cli_json("baselines", "show", "--user", "nobody-here", *local)
+    assert code == 4 and "no baselines for user 'nobody-here'" in why

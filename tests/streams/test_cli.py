@@ -67,10 +67,14 @@ def test_baselines_and_report_read_a_store(tmp_path: Path,
         (0, x) for x in (b.attunement, b.semantic, b.safety) if x is not None]))
     store.close()
     assert main(["baselines", "list", "--data-dir", str(tmp_path)]) == 0
-    assert "cli-user\tattunement=v4 safety=v1 semantic=v4" in capsys.readouterr().out
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["users"][0]["versions"] == {"attunement": 4, "safety": 1, "semantic": 4}
+    assert (listed["shown"], listed["total"], listed["truncated"]) == (1, 1, False)
     assert main(["baselines", "show", "--user", "cli-user", "--data-dir", str(tmp_path)]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert {x["kind"] for x in shown} == {"attunement", "semantic", "safety"}
+    assert shown["user_id"] == "cli-user"
+    assert {x["kind"] for x in shown["baselines"]} == {"attunement", "semantic", "safety"}
+    assert all(x["created_at"].endswith("Z") for x in shown["baselines"]), "ISO 8601 times"
     assert main(["report", "--json", "--data-dir", str(tmp_path)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["store"]["users_with_baselines"] == 1

@@ -20,6 +20,7 @@ from drift.baseline import (
 from drift.model import BaselineKind, DriftConfig, Mode, ModelTriple
 from drift.scoring import WindowStats
 from streams.present import describe_baseline
+from streams.wire import iso
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ModelTriple("companion-2026.10", "tok-5", "bf16", "adapter-3")
@@ -48,11 +49,11 @@ def test_every_kind_shows_its_metadata_and_model() -> None:
         assert COMMON <= shown.keys()
         assert shown["kind"] == b.meta.kind.value
         assert (shown["baseline_id"], shown["version"]) == (b.meta.baseline_id, 1)
-        assert shown["created_at"] == 1.7e9 and shown["source_session"] == "s1"
+        assert shown["created_at"] == iso(1.7e9) and shown["source_session"] == "s1"
         assert shown["model"] == {"model_version": "companion-2026.10", "tokenizer_id": "tok-5",
                                   "precision_tag": "bf16", "adapter_id": "adapter-3"}
         assert shown["mode"] == "continuity_full"
-        assert shown["expires_at"] == b.meta.expires_at_s
+        assert shown["expires_at"] == iso(b.meta.expires_at_s)
         assert shown["drift_policy_id"] == CFG.drift_policy_id
         json.dumps(shown)
 
