@@ -19,6 +19,7 @@ from typing import Any
 import duckdb
 import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from baselines.migrations import MIGRATIONS
 from baselines.rows import Rows
@@ -122,6 +123,17 @@ class BatchWrite:
             self.states[user_id] = (partition, state)
 
 
+@dataclass(frozen=True)
+class Retention:
+    """How much history a user keeps: the newest ``versions`` of each baseline kind (the
+    current one and superseded ones) and the newest ``sessions`` session summaries. Older
+    rows go at the checkpoint that adds newer ones, so a user's stored rows, the file and a
+    partition's changelog snapshot stay bounded however long the user stays."""
+
+    versions: int = 8
+    sessions: int = 64
+
+
 class StoreUnavailable(RuntimeError):
     """The database file is held by a running worker (DuckDB allows one writer process)."""
 
@@ -136,8 +148,10 @@ class BaselineStore:
         except duckdb.IOException as exc:
             raise StoreUnavailable(str(path)) from exc
 
-    def __init__(self, path: Path | str, read_only: bool = False) -> None:
+    def __init__(self, path: Path | str, read_only: bool = False,
+                 retention: Retention | None = None) -> None:
         self.path = str(path)
+        self.retention = retention or Retention()
         self._lock = threading.RLock()
         self._con = duckdb.connect(self.path, read_only=read_only)
         if not read_only:
@@ -357,6 +371,7 @@ class BaselineStore:
         """Write ``rows`` (a checkpoint, or a delta read back from the changelog) atomically."""
         with self._transaction() as con:
             _apply(con, rows)
+            _prune(con, rows, self.retention)
 
     @contextmanager
     def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -392,6 +407,7 @@ class BaselineStore:
             _drop_partition(con, partition)
             for part in rows:
                 _apply(con, part)
+                _prune(con, part, self.retention)
 
     def drop_partitions(self, partitions: Iterable[int]) -> bool:
         """Remove the rows of partitions this worker no longer owns (their changelog has them);
@@ -574,6 +590,35 @@ def _apply(con: duckdb.DuckDBPyConnection, rows: Rows) -> None:
         con.register("incoming", incoming)
         con.execute(sql)
         con.unregister("incoming")
+
+
+def _prune(con: duckdb.DuckDBPyConnection, rows: Rows, keep: Retention) -> None:
+    """Drop what ``keep`` does not retain of the history of users ``rows`` added to (never a
+    current version)."""
+    for table, sql, kept in (("baseline_versions", _PRUNE_VERSIONS, keep.versions),
+                             ("session_summaries", _PRUNE_SESSIONS, keep.sessions)):
+        added = rows.tables.get(table)
+        if added is None or not added.num_rows:
+            continue
+        users = pa.table({"user_id": pc.unique(added.column("user_id"))})
+        con.register("pruned_users", users)
+        try:
+            con.execute(sql, [max(kept, 1)])
+        finally:
+            con.unregister("pruned_users")
+
+
+_PRUNE_VERSIONS = (
+    "DELETE FROM baseline_versions AS b USING (SELECT baseline_id, version, "
+    "row_number() OVER (PARTITION BY user_id, kind ORDER BY version DESC) AS newest "
+    "FROM baseline_versions WHERE user_id IN (SELECT user_id FROM pruned_users)) AS o "
+    "WHERE b.baseline_id = o.baseline_id AND b.version = o.version AND o.newest > ?")
+_PRUNE_SESSIONS = (
+    "DELETE FROM session_summaries AS s USING (SELECT user_id, session_id, "
+    "row_number() OVER (PARTITION BY user_id ORDER BY started_at DESC, session_id DESC) "
+    "AS newest FROM session_summaries "
+    "WHERE user_id IN (SELECT user_id FROM pruned_users)) AS o "
+    "WHERE s.user_id = o.user_id AND s.session_id = o.session_id AND o.newest > ?")
 
 
 def _drop_partition(con: duckdb.DuckDBPyConnection, partition: int) -> None:

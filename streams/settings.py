@@ -37,6 +37,8 @@ class Settings:
     heartbeat_interval_s: float = 1.0
     rebalance_timeout_s: float = 10.0
     log_level: str = "warning"
+    history_versions: int = 8
+    history_sessions: int = 64
     drift: DriftConfig = field(default_factory=DriftConfig)
 
     @property
@@ -54,7 +56,8 @@ _SIMPLE = {"broker": str, "data_dir": Path, "web_port": int, "web_host": str,
            "advertised_url": str, "app_id": str,
            "partitions": int, "review_token": str, "batch_max": int, "batch_within_s": float,
            "fetch_wait_s": float, "checkpoint_interval_s": float, "timer_interval_s": float, "session_timeout_s": float,
-           "heartbeat_interval_s": float, "rebalance_timeout_s": float, "log_level": str}
+           "heartbeat_interval_s": float, "rebalance_timeout_s": float, "log_level": str,
+           "history_versions": int, "history_sessions": int}
 
 
 def _coerce(name: str, kind: type, raw: Any) -> Any:

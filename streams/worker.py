@@ -29,7 +29,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
-from baselines.store import BaselineStore, BatchWrite
+from baselines.store import BaselineStore, BatchWrite, Retention
 from drift.outputs import ErasureReceipt, SessionSummary
 from streams import topics
 from streams.changelog import Changelog
@@ -86,7 +86,8 @@ class Worker:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         self.registry = CollectorRegistry()
         self.metrics: Metrics = build_metrics(self.registry)
-        self.store = BaselineStore(settings.data_dir / "continuity.duckdb")
+        self.store = BaselineStore(settings.data_dir / "continuity.duckdb", retention=Retention(
+            settings.history_versions, settings.history_sessions))
         self.engine = Engine(self.store, settings.drift, self.metrics)
         self.review_token = settings.review_token
         self.lock = asyncio.Lock()

@@ -75,46 +75,60 @@ class Broker:
 
     def read(self, topic: str) -> list[dict[str, Any]]:
         """Every message on ``topic`` so far, decoded, in partition order."""
+        return [dict(json.loads(value), _key=key.decode() if key else None)
+                for key, value in self.read_raw(topic)]
+
+    def read_raw(self, topic: str, timeout_s: float = 30.0) -> list[tuple[bytes | None, bytes]]:
+        """Every record of ``topic`` so far, up to the high watermark each partition's fetch
+        response reports (never ListOffsets, which can be a batch short on this broker), in
+        partition order. A slow broker makes this wait, not return less."""
         consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
-                                 enable_auto_commit=False, consumer_timeout_ms=500)
+                                 enable_auto_commit=False)
         try:
             parts = [TopicPartition(topic, p) for p in
                      sorted(consumer.partitions_for_topic(topic) or [])]
+            if not parts:
+                return []  # no such topic (any more)
             consumer.assign(parts)
             consumer.seek_to_beginning(*parts)
-            out = []
-            for msg in consumer:
-                value = json.loads(msg.value)
-                value["_key"] = msg.key.decode() if msg.key else None
-                out.append(value)
-            return out
+            got: dict[int, list[tuple[bytes | None, bytes]]] = {tp.partition: [] for tp in parts}
+            deadline = time.monotonic() + timeout_s
+            while True:
+                for tp, msgs in consumer.poll(timeout_ms=200).items():
+                    got[tp.partition].extend((m.key, m.value) for m in msgs)
+                marks = [consumer.highwater(tp) for tp in parts]
+                if all(h is not None and consumer.position(tp) >= h
+                       for tp, h in zip(parts, marks, strict=True)):
+                    break
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{topic}: not read to its high watermark in "
+                                         f"{timeout_s:.0f} s")
+            return [r for p in sorted(got) for r in got[p]]
         finally:
             consumer.close()
 
     def changelog_bytes(self) -> bytes:
-        """The state data of every changelog topic, chunks joined, as a worker reads it."""
+        """The state data of every changelog topic, chunks joined, as a worker reads it; read
+        again if a worker rolled a generation meanwhile (topics came or went)."""
         from kafka.admin import KafkaAdminClient
 
         from streams.changelog import decode_entry
 
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
-        try:
-            names = sorted(n for n in admin.list_topics() if ".changelog." in n)
-        finally:
-            admin.close()
-        assert names, "no changelog topic: the check would see nothing"
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
-                                 enable_auto_commit=False, consumer_timeout_ms=1000)
-        try:
-            out = []
-            for name in names:
-                tp = TopicPartition(name, 0)
-                consumer.assign([tp])
-                consumer.seek_to_beginning(tp)
-                out.extend(decode_entry(m.value).data for m in consumer)
-            return b"".join(out)
-        finally:
-            consumer.close()
+        def names() -> list[str]:
+            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+            try:
+                return sorted(n for n in admin.list_topics() if ".changelog." in n)
+            finally:
+                admin.close()
+
+        for _ in range(10):
+            before = names()
+            assert before, "no changelog topic: the check would see nothing"
+            data = b"".join(decode_entry(value).data for name in before
+                            for _, value in self.read_raw(name))
+            if names() == before:
+                return data
+        raise AssertionError("the changelog kept rolling while it was read")
 
     def close(self) -> None:
         if self._producer is not None:

@@ -112,3 +112,31 @@ def test_rows_of_a_newer_release_are_refused_with_what_to_do() -> None:
     newer = msgspec.msgpack.encode([ROWS_VERSION + 1, {}, []])
     with pytest.raises(RowsVersionError, match="upgrade the worker"):
         Rows.decode(newer)
+
+
+def test_history_is_kept_to_the_retention_and_the_current_version_always(tmp_path) -> None:
+    from baselines.store import Retention
+    from drift.baseline import AttunementBaseline
+
+    store = BaselineStore(tmp_path / "r.duckdb", retention=Retention(versions=2, sessions=3))
+    runner = MemoryReplay(DriftConfig())
+    events, _ = simulate_user(np.random.default_rng(8), Scenario.STABLE, "long", 1.7e9,
+                              SimParams())
+    seen: list[AttunementBaseline] = []
+    for i, e in enumerate(events):
+        runner.feed(e)
+        current = runner.baselines.get("long")
+        if current is not None and current.attunement is not None and (
+                not seen or seen[-1].meta.version != current.attunement.meta.version):
+            seen.append(current.attunement)
+            write = BatchWrite("fhr.events", offsets={0: i + 1}, baselines=[(0, seen[-1])])
+            write.sessions.append((0, SessionSummary("long", f"s{i}", Mode.FULL, 1.7e9 + i,
+                                                     None, 1, Tier.LOW, 0, False, None)))
+            store.commit_batch(write)
+    assert len(seen) >= 4, "the check needs more versions than are kept"
+    versions, _ = store.history("long")
+    assert [v.meta.version for v in versions] == [seen[-2].meta.version, seen[-1].meta.version]
+    assert store.user_baselines("long").attunement == seen[-1]
+    rows = store.export_partition(0)
+    assert rows.tables["session_summaries"].num_rows == 3
+    store.close()
