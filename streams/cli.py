@@ -121,21 +121,27 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo", help="embedded broker + worker + simulated traffic + live summary",
-        description="The one-command start: an embedded Kafka-protocol broker, a worker, the "
-                    "simulator with every scenario, and a live summary of what the service "
-                    "publishes. Stops on Ctrl-C or after --duration seconds.",
+        description="The one-command start: an embedded Kafka-protocol broker, a worker, the\n"
+                    "simulator with every scenario, told again in rounds until the demo stops,\n"
+                    "and what the service publishes: a screen that updates in place on a\n"
+                    "terminal, short periodic summaries when piped. Stops on Ctrl-C or after\n"
+                    "--duration seconds, lets the worker process what was sent, and prints the\n"
+                    "final counts beside the worker's /metrics.",
         epilog="example:\n  continuity-drift demo --users 20 --duration 60",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     demo.add_argument("--users", type=_positive_int, default=12,
                       help="users per scenario (default 12)")
-    demo.add_argument("--rate", type=_positive_float, default=1500.0,
-                      help="events per second (default 1500)")
+    demo.add_argument("--rate", type=_positive_float, default=500.0,
+                      help="input records per second, sent until the demo stops "
+                           "(default 500)")
     demo.add_argument("--seed", type=int, default=7,
                       help="simulator seed: the same seed gives the same traffic (default 7)")
     demo.add_argument("--duration", type=float, default=0.0,
-                      help="stop after this many seconds (default: run until Ctrl-C)")
+                      help="stop the traffic after this many seconds (default: run until "
+                           "Ctrl-C)")
     demo.add_argument("--data-dir", type=Path, default=None,
-                      help="where the worker keeps DuckDB (default: a fresh ./demo-data/<time>)")
+                      help="where the worker keeps DuckDB and its log (default: a fresh "
+                           "temporary directory)")
     demo.add_argument("--web-port", type=int, default=6066,
                       help="the worker's HTTP port for /metrics and the review API (default 6066)")
 
@@ -192,16 +198,55 @@ def _parser() -> argparse.ArgumentParser:
                       help="review API bearer token (default: $CONTINUITY_REVIEW_TOKEN)")
 
     report = sub.add_parser(
-        "report", help="governance summary from the DuckDB file and optionally /metrics",
-        description="Aggregate governance counts of one worker's DuckDB file (no user ids, no\n"
-                    "values) and, with --metrics, the counters of a running worker.",
-        epilog="example:\n  continuity-drift report --data-dir ./data "
+        "report", help="the governance report: an HTML page with plots and its JSON twin",
+        description="The governance report of a whole deployment over a range of event time:\n"
+                    "--html FILE writes a self-contained page (plots, the users most in need of\n"
+                    "review, what it leaves out) and --json FILE its machine-readable twin, both\n"
+                    "read from the output topics on --broker, which carry what every worker\n"
+                    "published. --user U gives one user's drill-down instead (shown under a\n"
+                    "pseudonymous reference), with baseline versions through --api.\n\n"
+                    "Without --html, --broker, --since, --until or --user: the counts of one\n"
+                    "worker's DuckDB file (--data-dir) and, with --metrics, a running worker's\n"
+                    "counters, as text or (--json) JSON.",
+        epilog="examples:\n"
+               "  continuity-drift report --broker localhost:9092 --html week.html "
+               "--json week.json\n"
+               "  continuity-drift report --broker localhost:9092 --since 2026-11-02 "
+               "--until 2026-11-08 --html week.html\n"
+               "  continuity-drift report --broker localhost:9092 --html u.html --user u-123 "
+               "--api http://127.0.0.1:6066 --token $TOKEN\n"
+               "  continuity-drift report --data-dir ./data "
                "--metrics http://127.0.0.1:6066/metrics",
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    report.add_argument("--html", type=Path, metavar="FILE",
+                        help="write the report as one self-contained HTML page (inline SVG "
+                             "plots, no network needed to open it, printable)")
+    report.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
+                        help="write the JSON twin of the page to FILE; with no FILE print "
+                             "JSON to stdout (also for the --data-dir summary)")
+    report.add_argument("--broker", help="Kafka bootstrap HOST:PORT whose output topics the "
+                                         "report reads (default: $CONTINUITY_BROKER)")
+    report.add_argument("--since", metavar="WHEN",
+                        help="start of the range, ISO 8601 event time: a date (its start, UTC) "
+                             "or a date-time (default: 7 days before --until)")
+    report.add_argument("--until", metavar="WHEN",
+                        help="end of the range (excluded), ISO 8601: a date includes that day "
+                             "(default: the end of the day of the latest output)")
+    report.add_argument("--user", metavar="U",
+                        help="a user id: one user's drill-down instead of the overview (the "
+                             "page shows only their pseudonymous reference)")
+    report.add_argument("--api", metavar="URL",
+                        help="review API base URL of any worker, for --user's baseline "
+                             "versions, e.g. http://127.0.0.1:6066")
+    report.add_argument("--token", default=os.environ.get("CONTINUITY_REVIEW_TOKEN"),
+                        help="review API bearer token (default: $CONTINUITY_REVIEW_TOKEN)")
+    report.add_argument("--top", type=_positive_int, default=20,
+                        help="list at most this many users most in need of review (default 20)")
     report.add_argument("--data-dir", type=Path, default=Path("./data"),
-                        help="the worker's data directory (default ./data)")
-    report.add_argument("--metrics", help="a worker's /metrics URL to add its counters")
-    report.add_argument("--json", action="store_true", help="print JSON instead of text")
+                        help="the worker's data directory, for the one-file summary "
+                             "(default ./data)")
+    report.add_argument("--metrics", help="a worker's /metrics URL to add its counters to the "
+                                          "one-file summary")
 
     tps = sub.add_parser(
         "topics", help="create the service's topics with their partition counts",
@@ -378,10 +423,12 @@ def _print_view(out: dict[str, Any] | None, args: argparse.Namespace) -> int:
 
 
 def _epoch(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(text).timestamp()
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.html or args.broker or args.since or args.until or args.user:
+        return _deployment_report(args)
     db = args.data_dir / "continuity.duckdb"
     out: dict[str, Any] = {}
     if db.exists():
@@ -400,13 +447,55 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not out:
         print(f"nothing to report: no database at {db} and no --metrics URL", file=sys.stderr)
         return 2
-    if args.json:
+    if args.json == "-":
         print(json.dumps(out, indent=2))
+    elif args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     else:
         for section, values in out.items():
             print(f"== {section}")
             for k, v in values.items():
                 print(f"  {k}: {v}")
+    return 0
+
+
+def _deployment_report(args: argparse.Namespace) -> int:
+    """The report of every worker, from the output topics (``streams.report_build``)."""
+    # Imported here: the report's plotting stack is not loaded by the other commands.
+    from streams.report import WindowError
+    from streams.report_build import STDOUT, ReportRequest, build
+    from streams.report_read import ReportSourceError
+
+    broker = args.broker or os.environ.get("CONTINUITY_BROKER")
+    if not broker:
+        print("report: --broker HOST:PORT is required to read the output topics (or set "
+              "CONTINUITY_BROKER); without it, --data-dir DIR summarises one worker's file",
+              file=sys.stderr)
+        return 2
+    if not args.html and not args.json:
+        print("report: say where the report goes: --html FILE and/or --json FILE "
+              "(--json alone prints it)", file=sys.stderr)
+        return 2
+    request = ReportRequest(
+        broker=broker, html_path=args.html,
+        json_path=None if args.json is None else (STDOUT if args.json == "-"
+                                                  else Path(args.json)),
+        since=args.since, until=args.until, user=args.user, api=args.api, token=args.token,
+        top=args.top)
+    try:
+        built = build(request)
+    except WindowError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
+    except ReportSourceError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return exc.code
+    print(built.summary(), file=sys.stderr)
+    for path in (args.html, None if args.json in (None, "-") else args.json):
+        if path is not None:
+            print(f"wrote {path}", file=sys.stderr)
+    if args.user and not args.api:
+        print("baseline versions need the review API: add --api URL --token T", file=sys.stderr)
     return 0
 
 

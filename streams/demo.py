@@ -1,45 +1,69 @@
-"""``continuity-drift demo``: embedded broker, a worker, simulated traffic and a live summary."""
+"""``continuity-drift demo``: an embedded broker, a worker, simulated traffic that keeps flowing
+until Ctrl-C or ``--duration``, and a screen that says what the service publishes and why.
+
+The traffic is :mod:`streams.demo_traffic`'s story, told in rounds; what the worker publishes
+is read back from the output topics and counted as its ``/metrics`` counts
+(:mod:`streams.demo_tally`); :mod:`streams.demo_screen` shows it. When it stops, the demo
+stops the traffic, waits until the worker has processed every record sent and the topics
+show everything its counters counted, and prints the final tallies beside ``/metrics``.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any
+from types import FrameType
 
 from kafka import KafkaConsumer
+from rich.console import Console
 
-from drift.model import FhrEvent, MemoryErase
-from drift.simulation import Scenario, SimParams, TruthRow
+from drift.simulation import Scenario
 from streams import topics
 from streams.broker import EmbeddedBroker
-from streams.simulate import kafka_producer, merged_events, produce
+from streams.demo_screen import LiveScreen, PlainScreen, Screen, View, final_lines, legend
+from streams.demo_tally import DECODERS, Scrape, Tally, differences, scrape
+from streams.demo_traffic import Story, Traffic
+
+REFRESH_S = 1.0
+STALL_S = 15.0
+
+
+class _Stop:
+    """Ctrl-C (or SIGTERM, SIGHUP) once: stop the traffic and settle; twice: stop at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.hurry = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.hurry = self.requested
+        self.requested = True
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="continuity-drift-demo-"))
-    truth: list[TruthRow] = []
-    events = list(merged_events(args.seed, list(Scenario), args.users,
-                                time.time() - 10 * 86400, SimParams(), truth))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    story = Story.build(args.seed, args.users, time.time() - 10 * 86400)
     with EmbeddedBroker(log_path=None) as broker:
-        print(f"embedded broker (in memory) at {broker.bootstrap}")
+        print(f"embedded broker (in memory) at {broker.bootstrap}", flush=True)
         topics.create_topics(broker.bootstrap, 4)
-        env = dict(os.environ, CONTINUITY_REVIEW_TOKEN=os.environ.get(
-            "CONTINUITY_REVIEW_TOKEN", "demo-token"))
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "run", "--broker", broker.bootstrap,
-             "--data-dir", str(data_dir), "--web-port", str(args.web_port)], env=env)
+        token = os.environ.get("CONTINUITY_REVIEW_TOKEN", "demo-token")
+        with open(data_dir / "worker.log", "ab") as log:
+            # In a session of its own, so that Ctrl-C reaches only the demo, which then lets
+            # the worker finish what was sent before stopping it.
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "streams.cli", "run", "--broker", broker.bootstrap,
+                 "--data-dir", str(data_dir), "--web-port", str(args.web_port)],
+                env=dict(os.environ, CONTINUITY_REVIEW_TOKEN=token), stdout=log, stderr=log,
+                start_new_session=True)
         try:
-            return _watch(args, broker.bootstrap, worker, events, data_dir,
-                          env["CONTINUITY_REVIEW_TOKEN"])
+            return _Demo(args, broker.bootstrap, worker, story, data_dir, token).run()
         finally:
             worker.send_signal(signal.SIGTERM)
             try:
@@ -49,121 +73,140 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 worker.wait()
 
 
-def _watch(args: argparse.Namespace, bootstrap: str, worker: subprocess.Popen[bytes],
-           events: list[FhrEvent], data_dir: Path, token: str) -> int:
-    """Send the traffic and print what the service publishes until Ctrl-C or --duration."""
-    consumer = KafkaConsumer(
-        topics.SCORES, topics.RESPONSES, topics.ESCALATIONS, topics.VIOLATIONS,
-        topics.RECEIPTS, topics.DEADLETTER, bootstrap_servers=bootstrap,
-        auto_offset_reset="earliest", group_id=None, consumer_timeout_ms=200)
-    stop = {"now": False}
+class _Demo:
+    def __init__(self, args: argparse.Namespace, bootstrap: str,
+                 worker: subprocess.Popen[bytes], story: Story, data_dir: Path,
+                 token: str) -> None:
+        self.args, self.bootstrap, self.worker = args, bootstrap, worker
+        self.story, self.data_dir, self.token = story, data_dir, token
+        self.metrics_url = f"http://127.0.0.1:{args.web_port}/metrics"
+        self.tally = Tally()
+        self.metrics: Scrape | None = None
+        self.traffic = Traffic(bootstrap, story, args.rate)
+        self.started = time.monotonic()
+        console = Console(highlight=False)
+        self.screen: Screen = (
+            LiveScreen(console, f"metrics {self.metrics_url} · worker log "
+                                f"{data_dir / 'worker.log'}")
+            if console.is_terminal and not console.is_dumb_terminal else PlainScreen())
 
-    def _stop(*_: Any) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGINT, _stop)
-    signal.signal(signal.SIGTERM, _stop)
-    try:
-        print(f"metrics:  http://127.0.0.1:{args.web_port}/metrics")
-        print(f"review:   curl -H 'Authorization: Bearer {token}' "
-              f"http://127.0.0.1:{args.web_port}/v1/users/{events[0].user_id}/baselines")
-        print(f"data:     {data_dir}")
-        print(f"sending {len(events)} events from {len(Scenario)} scenarios x {args.users} users "
-              f"at {args.rate:.0f}/s; Ctrl-C stops")
-        events.extend(_governance_erasures(events))
-        sender = threading.Thread(target=_send_traffic,
-                                  args=(bootstrap, events, args.rate), daemon=True)
-        sender.start()
-        tally: dict[str, Counter[str]] = {t: Counter() for t in (
-            "scores", "tiers", "responses", "violations", "escalations", "receipts",
-            "deadletters")}
-        started = time.monotonic()
-        last_print = 0.0
-        while not stop["now"]:
-            if worker.poll() is not None:
-                print("worker exited; stopping", file=sys.stderr)
+    def run(self) -> int:
+        stop = _Stop()
+        before = {s: signal.signal(s, stop)
+                  for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        consumer = KafkaConsumer(*DECODERS, bootstrap_servers=self.bootstrap, group_id=None,
+                                 auto_offset_reset="earliest", enable_auto_commit=False)
+        try:
+            self._intro()
+            self.traffic.start()
+            failed = self._watch(consumer, stop)
+            self.traffic.stopping.set()
+            self.traffic.join(timeout=60)
+            if failed:
                 return 1
-            for msg in consumer:
-                _tally(tally, msg.topic, json.loads(msg.value))
-            now = time.monotonic()
-            if now - last_print >= 2.0:
-                last_print = now
-                print(_summary(tally, now - started), flush=True)
-            if args.duration and now - started >= args.duration:
+            self._settle(consumer, stop)
+            self.screen.close()
+            for line in final_lines(self._view()):
+                self.screen.say(line)
+            self.screen.say(f"data and DuckDB file: {self.data_dir}")
+            self.screen.say(f"governance report:    continuity-drift report --data-dir "
+                            f"{self.data_dir}")
+            return 0
+        finally:
+            self.traffic.stopping.set()
+            self.screen.close()
+            consumer.close()
+            for s, handler in before.items():
+                signal.signal(s, handler)
+
+    def _intro(self) -> None:
+        say, a = self.screen.say, self.args
+        until = f"{a.duration:.0f}s have passed" if a.duration else "Ctrl-C"
+        say(f"metrics:  {self.metrics_url}")
+        say(f"review:   curl -H 'Authorization: Bearer {self.token}' \\")
+        say(f"            http://127.0.0.1:{a.web_port}/v1/users/"
+            f"{min(self.story.scenario_of)}/baselines")
+        say(f"data:     {self.data_dir} (the worker's log: worker.log)")
+        say(f"traffic:  {len(Scenario)} scenarios x {a.users} users at {a.rate:.0f} records/s "
+            f"until {until}.")
+        say("          Each round retells every scenario with new sessions for the same users,")
+        say("          later in event time; it opens with a baseline_reconfirmed per user,")
+        say("          which lifts a HOLD (hold_released).")
+        for line in legend():
+            say(line)
+
+    def _view(self) -> View:
+        t = self.traffic
+        return View(time.monotonic() - self.started, t.round, t.delivered, self.args.rate,
+                    t.event_ts, self.tally, self.metrics, t.stopping.is_set())
+
+    def _read(self, consumer: KafkaConsumer, budget_s: float) -> None:
+        """Count what the output topics hold, for up to ``budget_s``."""
+        deadline = time.monotonic() + budget_s
+        while True:
+            batches = consumer.poll(timeout_ms=100, max_records=5000)
+            at = time.monotonic() - self.started
+            for tp, records in batches.items():
+                for r in records:
+                    self.tally.add(tp.topic, r.value, at)
+            if not batches or time.monotonic() >= deadline:
+                return
+
+    def _refresh(self) -> None:
+        self.metrics = scrape(self.metrics_url) or self.metrics
+        self.screen.show(self._view())
+
+    def _watch(self, consumer: KafkaConsumer, stop: _Stop) -> bool:
+        """Until Ctrl-C or --duration; True if the worker or the traffic failed."""
+        next_refresh = 0.0
+        while not stop.requested:
+            if self.worker.poll() is not None:
+                self._worker_failed()
+                return True
+            if self.traffic.error is not None:
+                self.screen.close()
+                print(f"the traffic stopped: {self.traffic.error}", file=sys.stderr)
+                return True
+            self._read(consumer, 0.3)
+            now = time.monotonic() - self.started
+            if now >= next_refresh:
+                self._refresh()
+                next_refresh = now + REFRESH_S
+            if self.args.duration and now >= self.args.duration:
                 break
-        print(_summary(tally, time.monotonic() - started))
-        print(f"data and DuckDB file: {data_dir}; governance summary: "
-              f"continuity-drift report --data-dir {data_dir}")
-        return 0
-    finally:
-        consumer.close()
+        return False
+
+    def _settle(self, consumer: KafkaConsumer, stop: _Stop) -> None:
+        """Wait until the worker has processed every record sent and the topics show what it
+        counted, the same for a second. Gives up after :data:`STALL_S` without progress; a
+        second Ctrl-C stops waiting at once."""
+        sent = self.traffic.delivered
+        self.screen.say(f"traffic stopped at {sent} records; waiting for the worker to catch "
+                        "up (Ctrl-C again: stop now)")
+        last: object = None
+        since = time.monotonic()
+        while not stop.hurry and self.worker.poll() is None:
+            self._read(consumer, 0.3)
+            self._refresh()
+            m = self.metrics
+            now = time.monotonic()
+            state = None if m is None else (m.processed, m.counts, sum(
+                sum(c.values()) for c in self.tally.counts.values()))
+            if state != last:
+                last, since = state, now
+            done = (m is not None and m.processed >= sent
+                    and not differences(self.tally, m))
+            if (done and now - since >= 1.0) or now - since >= STALL_S:
+                return
 
 
-def _governance_erasures(events: list[FhrEvent]) -> list[FhrEvent]:
-    """One relational erasure per governance user, after their traffic."""
-    last: dict[str, FhrEvent] = {}
-    for e in events:
-        if e.user_id.startswith(Scenario.GOVERNANCE.value):
-            last[e.user_id] = e
-    return [FhrEvent(f"{e.event_id}-erase", "memory_erase", e.ts_s + 60.0, e.user_id,
-                     e.session_id, False,
-                     MemoryErase("relational", "all", "user_request", f"demo-erase-{e.user_id}"))
-            for e in last.values()]
-
-
-def _send_traffic(bootstrap: str, events: list[FhrEvent], rate: float) -> None:
-    """The simulated traffic, then records a producer gets wrong, to show dead letters."""
-    produce(bootstrap, iter(events), rate, False)
-    producer = kafka_producer(bootstrap)
-    try:
-        producer.send(topics.INPUT, key=b"demo-user", value=b"{not json")
-        producer.send(topics.INPUT, key=b"demo-user", value=json.dumps(
-            {"schema": "fhr/1", "event_id": "demo-bad-1", "event_type": "turn",
-             "ts": "2026-11-30T10:00:00+00:00", "user_id": "demo-user",
-             "session_id": "demo-s", "turn": 0}).encode())
-        producer.send(topics.INPUT, key=b"someone-else", value=json.dumps(
-            {"schema": "fhr/1", "event_id": "demo-bad-2", "event_type": "session_end",
-             "ts": "2026-11-30T10:00:00+00:00", "user_id": "demo-user",
-             "session_id": "demo-s", "turns": 1, "reason": "closed"}).encode())
-        producer.flush()
-    finally:
-        producer.close()
-
-
-def _tally(tally: dict[str, Counter[str]], topic: str, p: dict[str, Any]) -> None:
-    """Count one published output into the live summary's counters."""
-    if topic == topics.SCORES:
-        kind = p.get("score_kind", "")
-        tally["scores"][kind] += 1
-        if kind == "continuity_drift":
-            tally["tiers"][p["tier"]] += 1
-    elif topic == topics.RESPONSES:
-        tally["responses"][p["action"]] += 1
-    elif topic == topics.VIOLATIONS:
-        tally["violations"][p["rule"]] += 1
-    elif topic == topics.ESCALATIONS:
-        tally["escalations"][p["kind"]] += 1
-    elif topic == topics.RECEIPTS:
-        tally["receipts"][p["outcome"]] += 1
-    elif topic == topics.DEADLETTER:
-        tally["deadletters"][p["reason"]] += 1
-
-
-def _summary(tally: dict[str, Counter[str]], elapsed: float) -> str:
-    """The live summary's lines.
-
-    >>> tally = {t: Counter() for t in ("scores", "tiers", "responses", "violations",
-    ...                                 "escalations", "receipts", "deadletters")}
-    >>> _tally(tally, topics.SCORES, {"score_kind": "continuity_drift", "tier": "low"})
-    >>> print(_summary(tally, 4.0))
-    [    4s] scores: continuity_drift=1 | tiers: low=1
-            responses: -
-            violations: - | escalations: - | receipts: - | dead letters: -
-    """
-    def fmt(c: Counter[str]) -> str:
-        return ", ".join(f"{k}={v}" for k, v in sorted(c.items())) or "-"
-    return (f"[{elapsed:5.0f}s] scores: {fmt(tally['scores'])} | tiers: {fmt(tally['tiers'])}\n"
-            f"        responses: {fmt(tally['responses'])}\n"
-            f"        violations: {fmt(tally['violations'])} | escalations: "
-            f"{fmt(tally['escalations'])} | receipts: {fmt(tally['receipts'])} | "
-            f"dead letters: {fmt(tally['deadletters'])}")
+    def _worker_failed(self) -> None:
+        self.screen.close()
+        log = self.data_dir / "worker.log"
+        print(f"the worker exited with code {self.worker.returncode}; the end of {log}:",
+              file=sys.stderr)
+        try:
+            print("\n".join(log.read_text(errors="replace").splitlines()[-20:]),
+                  file=sys.stderr)
+        except OSError:
+            pass

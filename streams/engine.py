@@ -37,7 +37,16 @@ from baselines.store import BaselineStore, BatchWrite
 from drift.baseline import UserBaselines, derive_id
 from drift.erasure import operator_erase, receipt
 from drift.fold import Step, initial, step, summarize, sweep
-from drift.model import DriftConfig, FhrEvent, MemoryWrite, MemoryWriteBlocked, Mode, NoticeShown
+from drift.model import (
+    DriftConfig,
+    FhrEvent,
+    MemoryErase,
+    MemoryWrite,
+    MemoryWriteBlocked,
+    Mode,
+    ModeChanged,
+    NoticeShown,
+)
 from drift.outputs import (
     Action,
     DriftScore,
@@ -165,34 +174,51 @@ class Engine:
 
     # ------------------------------------------------------------------ batches
 
-    def process(self, records: list[Record]) -> PendingBatch:
-        """Apply a batch of records to memory; returns what to publish and to commit."""
+    @staticmethod
+    def decode(records: list[Record]) -> list[FhrEvent | Rejection]:
+        """Each record as an event or the reason it is not one (no record raises)."""
+        out: list[FhrEvent | Rejection] = []
+        for record in records:
+            try:
+                out.append(decode_event(record.key, record.value))
+            except Exception as exc:  # noqa: BLE001 - no record may stop a partition
+                out.append(_processing_error(exc, None, record))
+        return out
+
+    @staticmethod
+    def may_erase(decoded: list[FhrEvent | Rejection]) -> bool:
+        """Whether processing these may erase stored baselines (an erase request or a mode
+        change): the shell then lets the checkpoint in flight land first, so the erasure
+        finds every version written before it."""
+        return any(isinstance(d, FhrEvent) and isinstance(d.body, (MemoryErase, ModeChanged))
+                   for d in decoded)
+
+    def process(self, records: list[Record],
+                decoded: list[FhrEvent | Rejection] | None = None) -> PendingBatch:
+        """Apply a batch of records (decoded by :meth:`decode` if not given) to memory;
+        returns what to publish and to commit."""
         batch = PendingBatch()
         touched: dict[str, int] = {}
         self.metrics.batch_size.observe(len(records))
         now = self.clock()
-        for record in records:
+        for record, item in zip(records, decoded or self.decode(records), strict=True):
             if record.offset < self.next_offsets.get(record.partition, 0):
                 continue
             self.next_offsets[record.partition] = record.offset + 1
             self.pending.offsets[record.partition] = record.offset + 1
-            try:
-                decoded = decode_event(record.key, record.value)
-            except Exception as exc:  # noqa: BLE001 - no record may stop a partition
-                decoded = _processing_error(exc, None, record)
-            if isinstance(decoded, FhrEvent):
+            if isinstance(item, FhrEvent):
                 try:
-                    result = step(self.states.get(decoded.user_id) or initial(decoded.user_id),
-                                  self.baselines.get(decoded.user_id, NO_BASELINES), decoded,
+                    result = step(self.states.get(item.user_id) or initial(item.user_id),
+                                  self.baselines.get(item.user_id, NO_BASELINES), item,
                                   self.config)
                 except Exception as exc:  # noqa: BLE001 - the fold is pure: state unchanged
-                    decoded = _processing_error(exc, decoded.event_id, record)
+                    item = _processing_error(exc, item.event_id, record)
                 else:
-                    if self._process_event(decoded, result, record.partition, batch, touched,
+                    if self._process_event(item, result, record.partition, batch, touched,
                                            now):
                         batch.source_timestamps.append(record.timestamp_s)
                     continue
-            self._dead_letter(record, decoded, batch)
+            self._dead_letter(record, item, batch)
             batch.source_timestamps.append(record.timestamp_s)
         self._stage_states(batch, touched)
         self._flush_counts()

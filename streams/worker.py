@@ -175,10 +175,14 @@ class Worker:
     async def _step(self, records: list[Record]) -> None:
         if records:
             self._since_checkpoint += len(records)
-            await self._publish(self.engine.process(records))
+            decoded = self.engine.decode(records)
+            if self.engine.may_erase(decoded):
+                await self._settle()  # an erasure must find the versions in flight
+            await self._publish(self.engine.process(records, decoded))
         clock = time.monotonic()
         if clock - self._last_tick >= self.settings.timer_interval_s:
             self._last_tick = clock
+            await self._settle()  # expiry erases too
             await self._publish(self.engine.tick())
             self._update_lag()
         if self._erased or clock - self._last_checkpoint >= self.settings.checkpoint_interval_s:
@@ -439,6 +443,7 @@ class Worker:
 
     async def erase_user(self, user_id: str, request_id: str) -> ErasureReceipt:
         async with self.lock:
+            await self._guarded(self._settle())
             batch, receipt = self.engine.erase_user(user_id, request_id)
             await self._guarded(self._publish(batch))
             await self._guarded(self._checkpoint())

@@ -288,3 +288,27 @@ def test_baselines_answer_the_same_from_the_api_and_the_data_dir(broker, start_w
     assert [u["user_id"] for u in one["users"]] == ["same-shape-2"]
     code, _, why = _cli_json("baselines", "show", "--user", "nobody-here", *local)
     assert code == 4 and "no baselines for user 'nobody-here'" in why
+
+
+def test_an_erasure_right_behind_the_versions_it_erases_finds_them_all(broker, start_worker):
+    """The erase request arrives in the same burst as the sessions that built the baselines,
+    while checkpoints run back to back: none of the versions may land after the erasure."""
+    worker = start_worker(config={"worker": {"checkpoint_interval_s": 0.0}})
+    users = [UserScript(f"burst-{i}", seed=80 + i) for i in range(6)]
+    for u in users:
+        for s in range(3):
+            u.session(f"{u.user_id}-s{s}")
+        u.erase(f"{u.user_id}-s3", scope="all", request_id=f"burst-erase-{u.user_id}")
+    broker.send_events([e for u in users for e in u.events])
+    receipts = wait_until(lambda: [m for m in broker.read(topics.RECEIPTS)
+                                   if m["request_id"].startswith("burst-erase-")]
+                          if len(broker.read(topics.RECEIPTS)) >= len(users) else None,
+                          90, "every receipt")
+    assert len({r["request_id"] for r in receipts}) == len(users)
+    for r in receipts:
+        assert r["outcome"] == "verified"
+        assert all(t["versions"] >= 1 for t in r["targets"]), "the erasure missed versions"
+    for u in users:
+        status, history = worker.get(f"/v1/users/{u.user_id}/baselines/history", TOKEN)
+        kinds = {v["kind"] for v in history["versions"]} if status == 200 else set()
+        assert not kinds & {"attunement", "semantic"}, f"{u.user_id}: versions came back"
