@@ -38,6 +38,7 @@ examples:
   continuity-drift simulate --broker localhost:9092 --scenario stable \\
       --scenario attunement_shift --users 50 --seed 7 --rate 2000 --truth truth.jsonl
   continuity-drift baselines history --user u-123 --api http://127.0.0.1:6066 --token $TOKEN
+  continuity-drift report --broker localhost:9092 --html week.html --json week.json
   continuity-drift report --data-dir ./data
 """
 
