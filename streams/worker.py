@@ -205,8 +205,10 @@ class Worker:
             return
         same = self._copartitioned
         pending = batch.messages
-        delay = 0.5
-        while pending:
+
+        async def attempt() -> None:
+            """Send what the broker has not taken yet; raise if some of it failed again."""
+            nonlocal pending
             acks = []
             for m in pending:
                 try:
@@ -216,16 +218,16 @@ class Worker:
                 except BROKER_FAULTS as exc:
                     acks.append(_failed(exc))
             results = await asyncio.gather(*acks, return_exceptions=True)
-            for r in results:
-                if isinstance(r, BaseException) and not isinstance(r, BROKER_FAULTS):
+            failed = [(m, r) for m, r in zip(pending, results, strict=True)
+                      if isinstance(r, BaseException)]
+            for _, r in failed:
+                if not isinstance(r, BROKER_FAULTS):
                     raise r
-            pending = [m for m, r in zip(pending, results, strict=True)
-                       if isinstance(r, BaseException)]
-            if pending:  # the broker did not take them: the same messages again, same ids
-                self._wait_on("publishing", results)
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, RETRY_MAX_S)
-        self._waiting_on = None
+            pending = [m for m, _ in failed]  # again next time: the same messages, same ids
+            if failed:
+                raise failed[0][1]
+
+        await self._until_done("publishing", attempt)
         now = time.time()
         for ts in batch.source_timestamps:
             self.metrics.end_to_end_latency.observe(max(0.0, now - ts))
