@@ -154,7 +154,7 @@ class Engine:
             self.next_offsets[p] = offsets.get(p, 0)
             self.watermarks[p] = (max((s.clock_s for s in states.values()), default=0.0), now)
         self.partitions |= new
-        self._refresh_gauges()
+        self.refresh_gauges()
 
     def revoke(self, partitions: Iterable[int]) -> None:
         gone = set(partitions) & self.partitions
@@ -170,7 +170,7 @@ class Engine:
             self.next_offsets.pop(p, None)
             self.watermarks.pop(p, None)
         self.partitions -= gone
-        self._refresh_gauges()
+        self.refresh_gauges()
 
     # ------------------------------------------------------------------ batches
 
@@ -300,7 +300,6 @@ class Engine:
     def _stage_states(self, batch: PendingBatch, touched: dict[str, int]) -> None:
         for user_id, partition in touched.items():
             self._stage(user_id, partition, self.states[user_id])
-        self._refresh_gauges()
 
     def _stage(self, user_id: str, partition: int, state: UserState) -> None:
         if state.persistable:
@@ -374,7 +373,9 @@ class Engine:
         else:
             m.of(m.reattune_outcomes, ReattuneOutcome.NEVER_REACHED_BASELINE.value).inc()
 
-    def _refresh_gauges(self) -> None:
+    def refresh_gauges(self) -> None:
+        """Set the gauges of open sessions and holds: a walk over every user, so the shell
+        calls it per checkpoint, not per batch."""
         counts = dict.fromkeys(Mode, 0)
         holds = 0
         for state in self.states.values():
@@ -445,6 +446,7 @@ class Engine:
     def take_checkpoint(self) -> BatchWrite:
         """Everything changed since the last checkpoint, for one transaction; starts anew."""
         write, self.pending = self.pending, BatchWrite(topic=topics.INPUT)
+        self.refresh_gauges()
         return write
 
     def open_session(self, user_id: str, session_id: str) -> SessionSummary | None:

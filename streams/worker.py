@@ -33,7 +33,7 @@ from baselines.store import BaselineStore, BatchWrite, Retention
 from drift.outputs import ErasureReceipt, SessionSummary
 from streams import topics
 from streams.changelog import Changelog
-from streams.engine import Engine, PendingBatch, Record
+from streams.engine import Engine, OutMessage, PendingBatch, Record
 from streams.http import make_app
 from streams.metrics import Metrics, build_metrics
 from streams.owners import Owners, partition_of
@@ -100,6 +100,7 @@ class Worker:
         self._last_tick = time.monotonic()
         self._copartitioned: set[str] = set()
         self._inflight: asyncio.Task[None] | None = None
+        self._unacked: list[tuple[list[OutMessage], asyncio.Future[list[Any]]]] = []
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
         self.changelog: Changelog | None = None
@@ -185,8 +186,9 @@ class Worker:
             await self._settle()  # expiry erases too
             await self._publish(self.engine.tick())
             self._update_lag()
-        if self._erased or clock - self._last_checkpoint >= self.settings.checkpoint_interval_s:
-            await self._checkpoint(wait=False)
+        due = clock - self._last_checkpoint >= self.settings.checkpoint_interval_s
+        if self._erased or (due and (self._inflight is None or self._inflight.done())):
+            await self._checkpoint(wait=False)  # due while one is in flight: when it lands
 
     async def _guarded(self, work: Awaitable[Any]) -> Any:
         """Run ``work``; on any failure exit before a checkpoint can cover it."""
@@ -198,39 +200,62 @@ class Worker:
     # ------------------------------------------------------------------ publish, checkpoint
 
     async def _publish(self, batch: PendingBatch) -> None:
-        producer = self.producer
-        assert producer is not None
+        """Hand a batch's messages to the producer and go on; the checkpoint that covers
+        the batch waits for their acks (:meth:`_acked`) before it writes anything."""
         self._erased |= batch.erased
         if not batch.messages:
             return
-        same = self._copartitioned
-        pending = batch.messages
+        done = asyncio.gather(*[await self._send(m) for m in batch.messages],
+                              return_exceptions=True)
+        latency, sources = self.metrics.end_to_end_latency, batch.source_timestamps
+
+        def observe(_: asyncio.Future[Any]) -> None:
+            now = time.time()
+            for ts in sources:
+                latency.observe(max(0.0, now - ts))
+
+        done.add_done_callback(observe)
+        self._unacked.append((batch.messages, done))
+
+    async def _send(self, m: OutMessage) -> asyncio.Future[Any]:
+        """Enqueue one message; its ack, or the broker fault that refused it."""
+        producer = self.producer
+        assert producer is not None
+        partition = m.partition if m.partition >= 0 and m.topic in self._copartitioned else None
+        try:
+            ack: asyncio.Future[Any] = await producer.send(m.topic, m.value, key=m.key,
+                                                           partition=partition)
+            return ack
+        except BROKER_FAULTS as exc:
+            return asyncio.ensure_future(_failed(exc))
+
+    async def _acked(self, sent: list[tuple[list[OutMessage], asyncio.Future[list[Any]]]]
+                     ) -> None:
+        """Wait for the acks of ``sent``; send what the broker did not take again (the same
+        messages, the same ids) until it has taken everything."""
+        pending: list[OutMessage] = []
+        for messages, done in sent:
+            for m, r in zip(messages, await done, strict=True):
+                if isinstance(r, BaseException):
+                    if not isinstance(r, BROKER_FAULTS):
+                        raise r
+                    pending.append(m)
 
         async def attempt() -> None:
-            """Send what the broker has not taken yet; raise if some of it failed again."""
             nonlocal pending
-            acks = []
-            for m in pending:
-                try:
-                    acks.append(await producer.send(
-                        m.topic, m.value, key=m.key,
-                        partition=m.partition if m.partition >= 0 and m.topic in same else None))
-                except BROKER_FAULTS as exc:
-                    acks.append(_failed(exc))
-            results = await asyncio.gather(*acks, return_exceptions=True)
+            results = await asyncio.gather(*[await self._send(m) for m in pending],
+                                           return_exceptions=True)
             failed = [(m, r) for m, r in zip(pending, results, strict=True)
                       if isinstance(r, BaseException)]
             for _, r in failed:
                 if not isinstance(r, BROKER_FAULTS):
                     raise r
-            pending = [m for m, _ in failed]  # again next time: the same messages, same ids
+            pending = [m for m, _ in failed]
             if failed:
                 raise failed[0][1]
 
-        await self._until_done("publishing", attempt)
-        now = time.time()
-        for ts in batch.source_timestamps:
-            self.metrics.end_to_end_latency.observe(max(0.0, now - ts))
+        if pending:
+            await self._until_done("publishing", attempt)
 
     async def _learn_partitions(self) -> None:
         """Output topics with as many partitions as the input get each message on its input
@@ -253,8 +278,9 @@ class Worker:
         write = self.engine.take_checkpoint()
         erased, self._erased = self._erased, set()
         records, self._since_checkpoint = self._since_checkpoint, 0
+        sent, self._unacked = self._unacked, []
         self._last_checkpoint = time.monotonic()
-        task = asyncio.create_task(self._commit(write, erased, records))
+        task = asyncio.create_task(self._commit(write, erased, records, sent))
         if wait or erased:
             await task
         else:
@@ -266,8 +292,10 @@ class Worker:
         if task is not None:
             await task
 
-    async def _commit(self, write: BatchWrite, erased: set[int], records: int) -> None:
-        """Changelog first, then DuckDB, then the group: each is at least as new as the next.
+    async def _commit(self, write: BatchWrite, erased: set[int], records: int,
+                      sent: list[tuple[list[OutMessage], asyncio.Future[list[Any]]]]) -> None:
+        """The acks of the outputs it covers, then the changelog, then DuckDB, then the
+        group: each is at least as new as the next.
 
         A partition with an erasure writes no delta: after DuckDB's commit it rolls to
         a new generation, whose snapshot carries the erasure, and the old one is
@@ -278,6 +306,7 @@ class Worker:
         store, changelog = self.store, self.changelog
         assert changelog is not None
         try:
+            await self._acked(sent)
             rows = await asyncio.to_thread(store.rows_of, write)
             deltas = {p: r for p, r in rows.by_partition(write.dropped_states).items()
                       if p not in erased}
