@@ -65,6 +65,21 @@ async def _failed(exc: BaseException) -> None:
     raise exc
 
 
+def _refused(messages: list[OutMessage], results: list[Any]
+             ) -> list[tuple[OutMessage, BaseException]]:
+    """The messages the broker refused, with why; any other failure is raised."""
+    failed = [(m, r) for m, r in zip(messages, results, strict=True)
+              if isinstance(r, BaseException)]
+    for _, r in failed:
+        if not isinstance(r, BROKER_FAULTS):
+            raise r
+    return failed
+
+
+#: Batches handed to the producer: their messages and the gathered acks, in order.
+Sent = list[tuple[list[OutMessage], asyncio.Future[list[Any]]]]
+
+
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
@@ -100,7 +115,7 @@ class Worker:
         self._last_tick = time.monotonic()
         self._copartitioned: set[str] = set()
         self._inflight: asyncio.Task[None] | None = None
-        self._unacked: list[tuple[list[OutMessage], asyncio.Future[list[Any]]]] = []
+        self._unacked: Sent = []
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
         self.changelog: Changelog | None = None
@@ -229,27 +244,15 @@ class Worker:
         except BROKER_FAULTS as exc:
             return asyncio.ensure_future(_failed(exc))
 
-    async def _acked(self, sent: list[tuple[list[OutMessage], asyncio.Future[list[Any]]]]
-                     ) -> None:
+    async def _acked(self, sent: Sent) -> None:
         """Wait for the acks of ``sent``; send what the broker did not take again (the same
         messages, the same ids) until it has taken everything."""
-        pending: list[OutMessage] = []
-        for messages, done in sent:
-            for m, r in zip(messages, await done, strict=True):
-                if isinstance(r, BaseException):
-                    if not isinstance(r, BROKER_FAULTS):
-                        raise r
-                    pending.append(m)
+        pending = [m for messages, done in sent for m, _ in _refused(messages, await done)]
 
         async def attempt() -> None:
             nonlocal pending
-            results = await asyncio.gather(*[await self._send(m) for m in pending],
-                                           return_exceptions=True)
-            failed = [(m, r) for m, r in zip(pending, results, strict=True)
-                      if isinstance(r, BaseException)]
-            for _, r in failed:
-                if not isinstance(r, BROKER_FAULTS):
-                    raise r
+            failed = _refused(pending, await asyncio.gather(
+                *[await self._send(m) for m in pending], return_exceptions=True))
             pending = [m for m, _ in failed]
             if failed:
                 raise failed[0][1]
@@ -292,8 +295,8 @@ class Worker:
         if task is not None:
             await task
 
-    async def _commit(self, write: BatchWrite, erased: set[int], records: int,
-                      sent: list[tuple[list[OutMessage], asyncio.Future[list[Any]]]]) -> None:
+    async def _commit(self, write: BatchWrite, erased: set[int], records: int, sent: Sent
+                      ) -> None:
         """The acks of the outputs it covers, then the changelog, then DuckDB, then the
         group: each is at least as new as the next.
 
