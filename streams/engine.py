@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import Counter
 
 from baselines.store import BaselineStore, BatchWrite
 from drift.baseline import UserBaselines, derive_id
-from drift.erasure import operator_erase, receipt
+from drift.erasure import expired_kinds, operator_erase, receipt
 from drift.fold import Step, initial, step, summarize, sweep
 from drift.model import (
     DriftConfig,
@@ -66,7 +66,7 @@ from drift.outputs import (
 from drift.state import UserState
 from streams import topics
 from streams.codec import Rejection, decode_event
-from streams.metrics import Metrics
+from streams.metrics import Metrics, observe_many
 from streams.wire import DeadLetter, encode
 
 log = logging.getLogger("continuity_drift.engine")
@@ -134,6 +134,7 @@ class Engine:
         self.watermarks: dict[int, tuple[float, float]] = {}
         self.pending = BatchWrite(topic=topics.INPUT)
         self._counts: dict[tuple[Counter, str], int] = {}
+        self._lags: list[float] = []
 
     # ------------------------------------------------------------------ partitions
 
@@ -227,7 +228,7 @@ class Engine:
     def _process_event(self, event: FhrEvent, result: Step, partition: int,
                        batch: PendingBatch, touched: dict[str, int], now: float) -> bool:
         self._count_event(event)
-        self.metrics.event_time_lag.observe(max(0.0, now - event.ts_s))
+        self._lags.append(now - event.ts_s)
         user_id = event.user_id
         self.user_partition[user_id] = partition
         self._advance_watermark(partition, event.ts_s, now)
@@ -312,7 +313,8 @@ class Engine:
     # ------------------------------------------------------------------ metrics
 
     def _count(self, counter: Counter, value: str) -> None:
-        """Count one ``value`` of a one-label counter; the counters move once per batch."""
+        """Count one ``value`` of a one-label counter; the counters (and the event-time lag)
+        move once per batch."""
         key = (counter, value)
         self._counts[key] = self._counts.get(key, 0) + 1
 
@@ -320,6 +322,8 @@ class Engine:
         for (counter, value), n in self._counts.items():
             self.metrics.of(counter, value).inc(n)
         self._counts.clear()
+        observe_many(self.metrics.event_time_lag, [max(0.0, lag) for lag in self._lags])
+        self._lags.clear()
 
     def _count_event(self, event: FhrEvent) -> None:
         m = self.metrics
@@ -406,16 +410,32 @@ class Engine:
 
     # ------------------------------------------------------------------ timers
 
-    def tick(self) -> PendingBatch:
-        """Expire unused baselines and close idle sessions, by each partition's event time."""
-        batch = PendingBatch()
-        touched: dict[str, int] = {}
+    def event_times(self) -> dict[int, float]:
+        """:meth:`event_now` of every owned partition, read once for a timer round."""
+        return {p: self.event_now(p) for p in self.partitions}
+
+    def _owned_users(self) -> Iterator[tuple[str, UserState, int]]:
         for user_id, state in list(self.states.items()):
             partition = self.user_partition.get(user_id)
-            if partition is None or partition not in self.partitions:
-                continue
+            if partition is not None and partition in self.partitions:
+                yield user_id, state, partition
+
+    def expiring(self, times: dict[int, float]) -> bool:
+        """Whether :meth:`tick` at ``times`` will erase a baseline past its TTL: the shell
+        then lets the checkpoint in flight land first, so the erasure finds its versions."""
+        return any(expired_kinds(state, self.baselines.get(user_id, NO_BASELINES),
+                                 times[partition], self.config)
+                   for user_id, state, partition in self._owned_users())
+
+    def tick(self, times: dict[int, float] | None = None) -> PendingBatch:
+        """Expire unused baselines and close idle sessions, by each partition's event time
+        (``times``, from :meth:`event_times`, or read now)."""
+        times = self.event_times() if times is None else times
+        batch = PendingBatch()
+        touched: dict[str, int] = {}
+        for user_id, state, partition in self._owned_users():
             result = sweep(state, self.baselines.get(user_id, NO_BASELINES),
-                           self.event_now(partition), self.config)
+                           times[partition], self.config)
             if result.effects.empty and result.state is state:
                 continue
             self._apply(result, partition, batch)

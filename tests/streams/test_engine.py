@@ -156,3 +156,19 @@ def test_a_replayed_batch_is_skipped_by_its_stored_offsets(harness: Harness, tmp
     finally:
         again.store.close()
     harness.store = BaselineStore(tmp_path / "continuity.duckdb")
+
+
+def test_the_timer_tells_in_advance_whether_its_round_will_erase(harness: Harness) -> None:
+    """The worker lets the checkpoint in flight land before a timer round only when
+    ``expiring`` says the round erases: it must say so whenever the round does."""
+    harness.feed(golden_records())
+    rounds = []
+    for now in (START_S, START_S + 400 * 86400.0, START_S + 401 * 86400.0):
+        harness.clock.now = now
+        times = harness.engine.event_times()
+        predicted = harness.engine.expiring(times)
+        batch = harness.engine.tick(times)
+        rounds.append((predicted, bool(batch.erased)))
+        harness.settle(batch)
+    assert all(predicted == erased for predicted, erased in rounds), rounds
+    assert rounds[1] == (True, True) and rounds[2] == (False, False)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import urllib.request
 
-from prometheus_client import CollectorRegistry
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 from drift.simulation import Scenario, simulate
-from streams.metrics import LABEL_VALUES, build_metrics
+from streams.metrics import LABEL_VALUES, build_metrics, observe_many
 
 ALLOWED_LABELS = {label for labels in LABEL_VALUES.values() for label in labels} | {
     "partition", "le"}
@@ -44,3 +47,22 @@ def test_live_metrics_carry_no_user_or_session_id(worker_metrics_url: str) -> No
             assert set(sample.labels) <= ALLOWED_LABELS, (sample.name, sample.labels)
             if "partition" in sample.labels:
                 assert sample.labels["partition"].isdigit()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=-5.0, max_value=1e5, allow_nan=False), max_size=60))
+def test_observing_a_batch_exports_what_observing_each_value_does(values: list[float]) -> None:
+    one, many = CollectorRegistry(), CollectorRegistry()
+    buckets = (0.1, 1.0, 5.0, 60.0, 3600.0)
+    each = Histogram("lag", "doc", buckets=buckets, registry=one)
+    batched = Histogram("lag", "doc", buckets=buckets, registry=many)
+    for v in values:
+        each.observe(v)
+    observe_many(batched, values)
+    expected = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in one.collect() for s in f.samples if not s.name.endswith("_created")}
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in many.collect() for s in f.samples if not s.name.endswith("_created")}
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=1e-12, abs=1e-9), key
