@@ -1134,7 +1134,7 @@ def engine_split(records: Sequence[tuple[bytes, bytes, str]], partitions: int,
     recs = []
     for key, value, _ in records:
         part = partition_of(key, partitions)
-        recs.append(Record(part, offsets[part], key, value, now))
+        recs.append(Record(part, offsets[part], key, value, int(now * 1000)))
         offsets[part] += 1
     rows = []
     for size in batch_sizes:

@@ -275,7 +275,7 @@ def _turn(state: UserState, session: SessionState, session_changes: dict[str, An
         state, disclosed = check_disclosure(state, ctx)
         state, reattuned = reattune(state, baselines, ctx)
         outputs += disclosed + reattuned
-    return Step(state, baselines, Effects(outputs))
+    return Step(state, baselines, Effects(outputs) if outputs else NO_EFFECTS)
 
 
 def _semantic(state: UserState, baselines: UserBaselines, body: Semantic, ctx: StepContext

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from prometheus_client import Counter
 
@@ -74,15 +75,32 @@ log = logging.getLogger("continuity_drift.engine")
 NO_BASELINES = UserBaselines()
 
 
+class InputRecord(Protocol):
+    """One input record as the engine reads it: what aiokafka's ``ConsumerRecord`` carries,
+    so the shell hands its records over as they come."""
+
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def timestamp(self) -> int:
+        """Kafka's record timestamp, milliseconds since the epoch."""
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One input record as the engine needs it."""
+    """An :class:`InputRecord` made in process (tests, benchmarks)."""
 
     partition: int
     offset: int
     key: bytes | None
     value: bytes | None
-    timestamp_s: float
+    timestamp: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +118,13 @@ class PendingBatch:
     """A batch that has been processed but not yet committed."""
 
     messages: list[OutMessage] = field(default_factory=list)
-    source_timestamps: list[float] = field(default_factory=list)
+    source_timestamps: list[int] = field(default_factory=list)
+    """Kafka timestamps (ms) of the input records whose outputs the batch carries."""
     erased: set[int] = field(default_factory=set)
     """Partitions where an erasure was carried out (-1: a user no partition holds)."""
 
 
-def _processing_error(exc: Exception, event_id: str | None, record: Record) -> Rejection:
+def _processing_error(exc: Exception, event_id: str | None, record: InputRecord) -> Rejection:
     """A record whose processing raised: logged by type and place only (the message of an
     exception may quote values), dead-lettered, and not retried."""
     log.error("record could not be processed; dead-lettered as processing_error",
@@ -176,7 +195,7 @@ class Engine:
     # ------------------------------------------------------------------ batches
 
     @staticmethod
-    def decode(records: list[Record]) -> list[FhrEvent | Rejection]:
+    def decode(records: Sequence[InputRecord]) -> list[FhrEvent | Rejection]:
         """Each record as an event or the reason it is not one (no record raises)."""
         out: list[FhrEvent | Rejection] = []
         for record in records:
@@ -194,7 +213,7 @@ class Engine:
         return any(isinstance(d, FhrEvent) and isinstance(d.body, (MemoryErase, ModeChanged))
                    for d in decoded)
 
-    def process(self, records: list[Record],
+    def process(self, records: Sequence[InputRecord],
                 decoded: list[FhrEvent | Rejection] | None = None) -> PendingBatch:
         """Apply a batch of records (decoded by :meth:`decode` if not given) to memory;
         returns what to publish and to commit."""
@@ -217,10 +236,10 @@ class Engine:
                 else:
                     if self._process_event(item, result, record.partition, batch, touched,
                                            now):
-                        batch.source_timestamps.append(record.timestamp_s)
+                        batch.source_timestamps.append(record.timestamp)
                     continue
             self._dead_letter(record, item, batch)
-            batch.source_timestamps.append(record.timestamp_s)
+            batch.source_timestamps.append(record.timestamp)
         self._stage_states(batch, touched)
         self._flush_counts()
         return batch
@@ -289,7 +308,7 @@ class Engine:
         batch.messages.append(OutMessage(topic, out.user_id.encode("utf-8"), encode(out),
                                          partition))
 
-    def _dead_letter(self, record: Record, rejection: Rejection, batch: PendingBatch) -> None:
+    def _dead_letter(self, record: InputRecord, rejection: Rejection, batch: PendingBatch) -> None:
         self.metrics.of(self.metrics.rejections, rejection.reason).inc()
         letter = DeadLetter(
             derive_id("deadletter", topics.INPUT, str(record.partition), str(record.offset)),

@@ -33,7 +33,7 @@ from baselines.store import BaselineStore, BatchWrite, Retention
 from drift.outputs import ErasureReceipt, SessionSummary
 from streams import topics
 from streams.changelog import Changelog
-from streams.engine import Engine, OutMessage, PendingBatch, Record
+from streams.engine import Engine, InputRecord, OutMessage, PendingBatch
 from streams.http import make_app
 from streams.metrics import Metrics, build_metrics, observe_many
 from streams.owners import Owners, partition_of
@@ -188,15 +188,12 @@ class Worker:
         while not self.stopping.is_set():
             fetched = await consumer.getmany(timeout_ms=int(s.batch_within_s * 1000),
                                              max_records=s.batch_max)
-            now = time.time()
-            records = [Record(tp.partition, m.offset, m.key, m.value,
-                              m.timestamp / 1000.0 if m.timestamp else now)
-                       for tp, msgs in fetched.items() for m in msgs]
+            records = [m for msgs in fetched.values() for m in msgs]
             async with self.lock:
                 await self._guarded(self._step(records))
             self.processing = True
 
-    async def _step(self, records: list[Record]) -> None:
+    async def _step(self, records: list[InputRecord]) -> None:
         if records:
             self._since_checkpoint += len(records)
             decoded = self.engine.decode(records)
@@ -235,8 +232,8 @@ class Worker:
         latency, sources = self.metrics.end_to_end_latency, batch.source_timestamps
 
         def observe(_: asyncio.Future[Any]) -> None:
-            now = time.time()
-            observe_many(latency, [max(0.0, now - ts) for ts in sources])
+            now_ms = 1000.0 * time.time()
+            observe_many(latency, [max(0.0, now_ms - ts) / 1000.0 for ts in sources if ts > 0])
 
         done.add_done_callback(observe)
         self._unacked.append((batch.messages, done))

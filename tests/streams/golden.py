@@ -140,7 +140,7 @@ def run_engine(data_dir: Path) -> Iterator[tuple[str, bytes, bytes]]:
     records: list[Record] = []
     for key, value in golden_records():
         p = partition_of(key)
-        records.append(Record(p, offsets[p], key, value, START_S))
+        records.append(Record(p, offsets[p], key, value, int(START_S * 1000)))
         offsets[p] += 1
 
     def settle(batch: PendingBatch) -> Iterator[tuple[str, bytes, bytes]]:

@@ -45,7 +45,7 @@ class Harness:
         rs = []
         for key, value in records:
             p = partition_of(key)
-            rs.append(Record(p, offsets[p], key, value, START_S))
+            rs.append(Record(p, offsets[p], key, value, int(START_S * 1000)))
             offsets[p] += 1
         for i in range(0, len(rs), size):
             self.settle(self.engine.process(rs[i:i + size]))
@@ -147,7 +147,7 @@ def test_a_replayed_batch_is_skipped_by_its_stored_offsets(harness: Harness, tmp
         rs = []
         for key, value in records:
             p = partition_of(key)
-            rs.append(Record(p, offsets[p], key, value, START_S))
+            rs.append(Record(p, offsets[p], key, value, int(START_S * 1000)))
             offsets[p] += 1
         again.settle(again.engine.process(rs))
         assert again.messages == [] and published > 0

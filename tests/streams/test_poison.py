@@ -121,7 +121,7 @@ def test_the_engine_turns_every_record_into_an_event_or_one_dead_letter(
         mixed: list[tuple[bytes | None, bytes | None]] = [*good, *((b"poison-x", g)
                                                                    for g in garbage)]
         rnd.shuffle(mixed)
-        records = [Record(0, i, k, v, 0.0) for i, (k, v) in enumerate(mixed)]
+        records = [Record(0, i, k, v, 0) for i, (k, v) in enumerate(mixed)]
         batch = engine.process(records)
         dead = [m for m in batch.messages if m.topic == topics.DEADLETTER]
         accepted = sum(1 for k, v in mixed if isinstance(decode_event(k, v), FhrEvent))
@@ -147,7 +147,7 @@ def test_a_record_whose_processing_raises_is_dead_lettered_and_the_rest_go_on(
 
         monkeypatch.setattr(engine_module, "step", step)
         events = victim + others
-        records = [Record(0, i, e.user_id.encode(), encode_event(e), 0.0)
+        records = [Record(0, i, e.user_id.encode(), encode_event(e), 0)
                    for i, e in enumerate(events)]
         batch = engine.process(records)
         letters = [json.loads(m.value) for m in batch.messages if m.topic == topics.DEADLETTER]
@@ -172,7 +172,7 @@ def test_a_fault_of_the_store_is_not_taken_for_a_bad_record(tmp_path: Path) -> N
     script = UserScript("poison-erase", seed=6)
     script.session("pe-0")
     script.erase("pe-0")
-    records = [Record(0, i, e.user_id.encode(), encode_event(e), 0.0)
+    records = [Record(0, i, e.user_id.encode(), encode_event(e), 0)
                for i, e in enumerate(script.events)]
     store.close()
     with pytest.raises(duckdb.Error):
