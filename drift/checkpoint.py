@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from drift import ladder
 from drift.baseline import Baseline, UserBaselines, derive_id
-from drift.evolve import evolve
+from drift.evolve import evolve, fast_init
 from drift.model import FEATURES, MODE_FEATURES, BaselineKind, DriftConfig, Mode
 from drift.outputs import (
     Attribution,
@@ -33,6 +33,7 @@ from drift.scoring import (
 from drift.state import SessionState, UserState
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StepContext:
     """The cause of what a step does: the event (or timer) id, its session and event time."""

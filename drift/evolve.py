@@ -1,4 +1,4 @@
-"""``evolve(value, **changes)``: a frozen dataclass with some fields changed, made fast.
+"""Frozen dataclasses made fast: ``evolve(value, **changes)`` and ``@fast_init``.
 
 ``dataclasses.replace`` looks up the fields and runs ``__init__`` on every call,
 which costs microseconds per call on the fold's hot path. :func:`evolve` does the
@@ -6,6 +6,12 @@ same job without ``__init__`` (the fold's state classes have no ``__post_init__`
 for a class with a ``__dict__`` it copies that dict and updates it (the large,
 often-changed state classes are built that way); for a slots class it calls a
 function generated once per class and set of changed fields.
+
+:func:`fast_init` gives a frozen slots dataclass built on every event (the domain
+event, its turn, a step and its effects) an ``__init__`` that fills each slot
+through its descriptor instead of ``object.__setattr__`` by name: the same
+signature and defaults, about half the cost (7.6% fewer instructions per record
+through the engine, measured with callgrind; docs/performance.md).
 """
 
 from __future__ import annotations
@@ -58,3 +64,49 @@ def evolve(value: T, **changes: Any) -> T:
     if make is None:
         make = _MAKERS[key] = _maker(type(value), key[1])
     return make(value, **changes)  # type: ignore[no-any-return]
+
+
+def fast_init(cls: type[T]) -> type[T]:
+    """Replace the ``__init__`` of a frozen slots dataclass by one that sets its slots directly.
+
+    Apply it above ``@dataclass(frozen=True, slots=True)``. Fields with a default
+    factory, ``init=False`` or keyword-only fields, and ``__post_init__``, are refused.
+
+    >>> from dataclasses import dataclass
+    >>> @fast_init
+    ... @dataclass(frozen=True, slots=True)
+    ... class P:
+    ...     x: int
+    ...     y: tuple[int, ...] = ()
+    >>> P(1), P(1, y=(2,)) == P(x=1, y=(2,)), P(1).__init__.__qualname__
+    (P(x=1, y=()), True, 'P.__init__')
+    >>> P(1).x = 2
+    Traceback (most recent call last):
+    ...
+    dataclasses.FrozenInstanceError: cannot assign to field 'x'
+    """
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not params.frozen or "__slots__" not in cls.__dict__ \
+            or hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__}: fast_init takes a frozen slots dataclass without "
+                        "__post_init__")
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    scope: dict[str, Any] = {}
+    args, body = [], []
+    for i, f in enumerate(fields):
+        if not f.init or f.kw_only or f.default_factory is not dataclasses.MISSING:
+            raise TypeError(f"{cls.__name__}.{f.name}: fast_init takes plain fields only")
+        scope[f"set_{i}"] = getattr(cls, f.name).__set__
+        if f.default is dataclasses.MISSING:
+            args.append(f.name)
+        else:
+            scope[f"default_{i}"] = f.default
+            args.append(f"{f.name}=default_{i}")
+        body.append(f"    set_{i}(self, {f.name})")
+    lines = [f"def __init__(self{''.join(', ' + a for a in args)}):", *(body or ["    pass"])]
+    exec("\n".join(lines), scope)  # noqa: S102 - code built from the dataclass's own fields
+    init = scope["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls

@@ -25,7 +25,7 @@ from drift import ladder
 from drift.baseline import Baseline, UserBaselines, derive_id
 from drift.checkpoint import StepContext, checkpoint, rate
 from drift.erasure import downgrade, erase, erase_kinds_for, expire, expired_kinds
-from drift.evolve import evolve
+from drift.evolve import evolve, fast_init
 from drift.governance import audit_write, guard_after
 from drift.model import (
     BaselineReconfirmed,
@@ -49,6 +49,7 @@ from drift.scoring import safety_drift, transform_turn
 from drift.state import SessionState, TurnLog, UserState, event_hash
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Step:
     """A user's state and current baselines after one step, and what the shell must do."""

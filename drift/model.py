@@ -10,6 +10,8 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from drift.evolve import fast_init
+
 
 class Mode(str, enum.Enum):
     STATELESS = "stateless"
@@ -84,6 +86,7 @@ class SessionStart:
     drift_policy_id: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Turn:
     turn: int
@@ -195,6 +198,7 @@ def event_type_of(body: Body) -> str:
     return EVENT_TYPES[type(body)]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FhrEvent:
     """One accepted FHR event. ``ts_s`` is event time in seconds since the epoch."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from drift.baseline import AttunementBaseline, Baseline, BaselineMeta
+from drift.evolve import fast_init
 from drift.model import BaselineKind, Mode, ModelTriple, Tier
 from drift.reattune import ReattuneScore
 from drift.scoring import AttunementTest
@@ -330,6 +331,7 @@ class SessionSummary:
     reattune_quality: float | None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Effects:
     """Everything one step asks of the shell.

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
+from drift.evolve import fast_init
 from drift.model import FEATURES, DriftConfig, Tier, Turn
 
 #: Features tested as the relational core of attunement (AD-30 4.1: trust, resonance).
@@ -49,6 +50,7 @@ def transform_turn(turn: Turn) -> tuple[float, ...]:
             math.log1p(turn.user_tokens), math.log1p(turn.latency_ms))
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class WindowStats:
     """Count, mean and sum of squared deviations per feature for one turn window."""
@@ -82,6 +84,7 @@ class WindowStats:
                            tuple(self.m2[i] for i in idx))
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FeatureTest:
     feature: str

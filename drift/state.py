@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from operator import add, mul
 
 from drift import ladder
-from drift.evolve import evolve
+from drift.evolve import evolve, fast_init
 from drift.model import FEATURES, DriftConfig, Mode, ModelTriple, Tier
 from drift.scoring import WindowStats
 
@@ -31,6 +31,7 @@ def event_hash(event_id: str) -> bytes:
     return hashlib.blake2b(event_id.encode("utf-8"), digest_size=_HASH_BYTES).digest()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RecentEvents:
     """The last ``size`` event ids of a user, as fixed-size fingerprints, oldest first.
@@ -61,6 +62,7 @@ class RecentEvents:
         return RecentEvents(ring + fingerprint)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class WindowSums:
     """Running sums of one turn window, on the transformed scale, for all features."""
@@ -123,6 +125,7 @@ class TurnLog:
         return evolve(self, looks=self.looks + 1, current_rows=())
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Guard:
     """The session's blocking states for relational writes (SPEC section 6)."""

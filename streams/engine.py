@@ -37,6 +37,7 @@ from prometheus_client import Counter
 from baselines.store import BaselineStore, BatchWrite
 from drift.baseline import UserBaselines, derive_id
 from drift.erasure import expired_kinds, operator_erase, receipt
+from drift.evolve import fast_init
 from drift.fold import Step, initial, step, summarize, sweep
 from drift.model import (
     DriftConfig,
@@ -92,6 +93,7 @@ class InputRecord(Protocol):
         """Kafka's record timestamp, milliseconds since the epoch."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Record:
     """An :class:`InputRecord` made in process (tests, benchmarks)."""
@@ -103,6 +105,7 @@ class Record:
     timestamp: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class OutMessage:
     """A message to publish; ``partition`` is the input partition it came from (-1: none)."""

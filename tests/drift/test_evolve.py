@@ -1,0 +1,57 @@
+"""``fast_init``: the same constructor as the dataclass's own, or a refusal at import."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from drift.evolve import fast_init
+from drift.model import FhrEvent, SessionEnd, Turn
+
+
+@dataclass(frozen=True, slots=True)
+class Plain:
+    a: int
+    b: str = "b"
+    c: tuple[int, ...] = ()
+
+
+Fast = fast_init(dataclass(frozen=True, slots=True)(type("Fast", (), {
+    "__annotations__": {"a": "int", "b": "str", "c": "tuple[int, ...]"}, "b": "b", "c": ()})))
+
+
+@given(st.integers(), st.none() | st.text(max_size=5), st.none() | st.tuples(st.integers()))
+def test_a_fast_init_takes_the_arguments_the_generated_one_does(a, b, c) -> None:
+    kwargs = {k: v for k, v in (("b", b), ("c", c)) if v is not None}
+    plain, fast = Plain(a, **kwargs), Fast(a, **kwargs)
+    assert dataclasses.astuple(plain) == dataclasses.astuple(fast)
+    assert Fast(*dataclasses.astuple(plain)) == fast
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.a = 1  # type: ignore[misc]
+
+
+def test_the_hot_domain_values_are_built_field_by_field() -> None:
+    turn = Turn.neutral(3, crisis=True)
+    assert [getattr(turn, f.name) for f in dataclasses.fields(Turn)] == [
+        3, 0.5, 0.5, 0.0, False, False, 40, 900.0, "none", False, False, True, False]
+    event = FhrEvent("e", "session_end", 1.0, "u", "s", False, SessionEnd(1, "closed"))
+    assert dataclasses.replace(event, user_id="v").user_id == "v"
+    with pytest.raises(TypeError):
+        Turn(1)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("cls", [
+    dataclass(frozen=True)(type("NoSlots", (), {"__annotations__": {"a": "int"}})),
+    dataclass(slots=True)(type("NotFrozen", (), {"__annotations__": {"a": "int"}})),
+    dataclass(frozen=True, slots=True)(type("Factory", (), {
+        "__annotations__": {"a": "list[int]"}, "a": field(default_factory=list)})),
+    dataclass(frozen=True, slots=True)(type("Post", (), {
+        "__annotations__": {"a": "int"}, "__post_init__": lambda self: None})),
+])
+def test_what_it_cannot_keep_the_meaning_of_is_refused(cls: type) -> None:
+    with pytest.raises(TypeError):
+        fast_init(cls)
