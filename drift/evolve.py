@@ -67,9 +67,10 @@ def evolve(value: T, **changes: Any) -> T:
 
 
 def fast_init(cls: type[T]) -> type[T]:
-    """Replace the ``__init__`` of a frozen slots dataclass by one that sets its slots directly.
+    """Replace the ``__init__`` of a frozen dataclass by one that sets its slots directly (or,
+    without slots, its ``__dict__`` at once).
 
-    Apply it above ``@dataclass(frozen=True, slots=True)``. Fields with a default
+    Apply it above ``@dataclass(frozen=True, ...)``. Fields with a default
     factory, ``init=False`` or keyword-only fields, and ``__post_init__``, are refused.
 
     >>> from dataclasses import dataclass
@@ -86,23 +87,26 @@ def fast_init(cls: type[T]) -> type[T]:
     dataclasses.FrozenInstanceError: cannot assign to field 'x'
     """
     params = getattr(cls, "__dataclass_params__", None)
-    if params is None or not params.frozen or "__slots__" not in cls.__dict__ \
-            or hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__name__}: fast_init takes a frozen slots dataclass without "
+    if params is None or not params.frozen or hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__}: fast_init takes a frozen dataclass without "
                         "__post_init__")
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-    scope: dict[str, Any] = {}
+    slots = "__slots__" in cls.__dict__
+    scope: dict[str, Any] = {"set_": _SET}
     args, body = [], []
     for i, f in enumerate(fields):
         if not f.init or f.kw_only or f.default_factory is not dataclasses.MISSING:
             raise TypeError(f"{cls.__name__}.{f.name}: fast_init takes plain fields only")
-        scope[f"set_{i}"] = getattr(cls, f.name).__set__
         if f.default is dataclasses.MISSING:
             args.append(f.name)
         else:
             scope[f"default_{i}"] = f.default
             args.append(f"{f.name}=default_{i}")
-        body.append(f"    set_{i}(self, {f.name})")
+        if slots:
+            scope[f"set_{i}"] = getattr(cls, f.name).__set__
+            body.append(f"    set_{i}(self, {f.name})")
+    if not slots:  # one __dict__ for all the fields, as evolve() makes them
+        body.append(f"    set_(self, '__dict__', {{{', '.join(f'{f.name!r}: {f.name}' for f in fields)}}})")
     lines = [f"def __init__(self{''.join(', ' + a for a in args)}):", *(body or ["    pass"])]
     exec("\n".join(lines), scope)  # noqa: S102 - code built from the dataclass's own fields
     init = scope["__init__"]

@@ -87,6 +87,7 @@ class WindowSums:
         return WindowStats(self.n, mean, m2)
 
 
+@fast_init
 @dataclass(frozen=True)
 class TurnLog:
     """A session's turn dynamics as scoring and re-attunement need them."""

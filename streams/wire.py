@@ -41,7 +41,7 @@ def iso(ts_s: float) -> str:
     >>> iso(0.0)
     '1970-01-01T00:00:00.000000Z'
     """
-    return datetime.fromtimestamp(ts_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(ts_s, UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def model_dict(model: ModelTriple) -> dict[str, Any]:

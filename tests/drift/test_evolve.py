@@ -34,6 +34,18 @@ def test_a_fast_init_takes_the_arguments_the_generated_one_does(a, b, c) -> None
         fast.a = 1  # type: ignore[misc]
 
 
+NoSlots = fast_init(dataclass(frozen=True)(type("NoSlots", (), {
+    "__annotations__": {"a": "int", "b": "str"}, "b": "b"})))
+
+
+def test_a_class_without_slots_gets_its_dict_at_once() -> None:
+    value = NoSlots(1)
+    assert value.__dict__ == {"a": 1, "b": "b"} and NoSlots(1, b="c").b == "c"
+    assert value == NoSlots(a=1) and hash(value) == hash(NoSlots(1, "b"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        value.a = 2  # type: ignore[attr-defined]
+
+
 def test_the_hot_domain_values_are_built_field_by_field() -> None:
     turn = Turn.neutral(3, crisis=True)
     assert [getattr(turn, f.name) for f in dataclasses.fields(Turn)] == [
@@ -45,7 +57,6 @@ def test_the_hot_domain_values_are_built_field_by_field() -> None:
 
 
 @pytest.mark.parametrize("cls", [
-    dataclass(frozen=True)(type("NoSlots", (), {"__annotations__": {"a": "int"}})),
     dataclass(slots=True)(type("NotFrozen", (), {"__annotations__": {"a": "int"}})),
     dataclass(frozen=True, slots=True)(type("Factory", (), {
         "__annotations__": {"a": "list[int]"}, "a": field(default_factory=list)})),
