@@ -1670,7 +1670,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     produce(broker.bootstrap, stream.records[have:total], args.partitions)
                 log(f"memory run: one worker reads all {total} records")
                 res["memory"] = phase_memory(broker.bootstrap, tmp, total, broker_pid,
-                                             interval_s=max(2.0, total / 5000.0 / 40),
+                                             interval_s=1.0,
                                              spec=spec)
         finally:
             broker.stop()

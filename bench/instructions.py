@@ -1,0 +1,162 @@
+"""Instructions per record through the engine, counted by callgrind: an A/B that machine noise
+does not move.
+
+Wall-clock rates on this kind of machine drift by 20-30% between runs minutes apart (the same
+tree measured 9,569 and 14,349 records/s), so an engine change of a few percent cannot be
+seen in ``bench/throughput.py``. Callgrind counts executed instructions instead, which
+depend only on the code, the inputs and the hash seed (fixed here), not on what else the
+machine does.
+
+The simulated stream (``--records`` records of ``--users`` users, every scenario) is built
+once, by this tree, and handed to every run. For each tree (default: this one), two
+processes run under ``valgrind --tool=callgrind`` on it: one loads it and processes none of
+it, one loads it and processes every record through a real
+:class:`streams.engine.Engine` on a DuckDB file in a temporary directory, in batches of 500
+with a checkpoint (``rows_of`` + ``apply_rows``) every 5,000 records, as the worker does. The
+difference divided by ``--records`` is the engine's instructions per record: decode, fold,
+metrics, output encoding, staging and the checkpoint; no Kafka client. The collector runs with
+the tree's own worker thresholds (``streams.worker.GC_THRESHOLDS`` where the tree has them).
+
+    python bench/instructions.py                          # this tree
+    python bench/instructions.py --tree /path/to/other/checkout --tree .
+    python bench/instructions.py --records 40000 --users 400
+
+Needs valgrind (Debian: ``apt-get install valgrind``). The two runs of a tree go in parallel;
+about a minute per tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SEED = 20261130
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def child(stream_path: Path, process: bool) -> None:
+    """The measured process: load the stream, then put it through an engine if ``process``
+    (the project's modules come from the tree under test, on ``PYTHONPATH``)."""
+    import gc
+    import zlib
+
+    from prometheus_client import CollectorRegistry
+
+    from baselines.store import BaselineStore
+    from drift.model import DriftConfig
+    from streams import worker
+    from streams.engine import Engine, Record
+    from streams.metrics import build_metrics
+
+    with stream_path.open("rb") as f:
+        stream: list[tuple[bytes, bytes]] = pickle.load(f)
+    records = len(stream) if process else 0
+    offsets = dict.fromkeys(range(4), 0)
+    recs = []
+    for key, value in stream:
+        p = zlib.crc32(key) % 4
+        recs.append(Record(p, offsets[p], key, value, 1_800_000_000_000))
+        offsets[p] += 1
+    thresholds = getattr(worker, "GC_THRESHOLDS", None)
+    if thresholds:
+        gc.set_threshold(*thresholds)
+    with tempfile.TemporaryDirectory(prefix="continuity-instructions-") as tmp:
+        store = BaselineStore(Path(tmp) / "continuity.duckdb")
+        engine = Engine(store, DriftConfig(), build_metrics(CollectorRegistry()),
+                        clock=lambda: 1.8e9 + 86400.0)
+        engine.assign(range(4))
+        gc.collect()
+        gc.freeze()
+        for i in range(0, records, 500):
+            engine.process(recs[i:i + 500])
+            if i % 5000 == 4500:
+                store.apply_rows(store.rows_of(engine.take_checkpoint()))
+        store.close()
+
+
+def build(path: Path, records: int, users: int, seed: int) -> None:
+    """The simulated stream, as (key, value) pairs, pickled to ``path``."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from bench.throughput import build_stream
+
+    stream = build_stream(records, users, seed, start=1.8e9)
+    with path.open("wb") as f:
+        pickle.dump([(key, value) for key, value, _ in stream.records], f)
+
+
+def count(tree: Path, stream: Path, process: bool) -> int:
+    """Instructions callgrind counts for one child run in ``tree``."""
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree)}
+    with tempfile.TemporaryDirectory(prefix="continuity-callgrind-") as tmp:
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out",
+               sys.executable, str(ROOT / "bench" / "instructions.py"), "--child", str(stream)]
+        if process:
+            cmd.append("--process")
+        done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
+                              check=False)
+    found = _COLLECTED.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"callgrind run failed in {tree} (exit {done.returncode}):\n"
+                         f"{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Instructions per record through the engine, counted by callgrind.",
+        epilog="example: python bench/instructions.py --tree ../before --tree .")
+    parser.add_argument("--tree", action="append", type=Path, default=[],
+                        help="a checkout of this project to measure (repeatable; default: "
+                             "this one)")
+    parser.add_argument("--records", type=int, default=20_000,
+                        help="records put through the engine (default 20000)")
+    parser.add_argument("--users", type=int, default=200,
+                        help="simulated users (default 200: ~100 events, ~7 sessions each, so "
+                             "that most sessions are scored against baselines)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--process", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        child(args.child, args.process)
+        return 0
+    if args.records < 1 or args.users < 1:
+        parser.error("--records and --users must be at least 1")
+    trees = [t.resolve() for t in args.tree] or [ROOT]
+    for tree in trees:
+        if not (tree / "streams" / "engine.py").is_file():
+            parser.error(f"--tree {tree}: not a checkout of this project (no streams/engine.py)")
+    print(f"| tree | commit | instructions per record ({args.records:,} records, "
+          f"{args.users:,} users) |")
+    print("|---|---|---:|")
+    with tempfile.TemporaryDirectory(prefix="continuity-instructions-") as tmp:
+        stream = Path(tmp) / "stream.pickle"
+        build(stream, args.records, args.users, args.seed)
+        for tree in trees:
+            with ThreadPoolExecutor(2) as pool:
+                empty, full = pool.map(lambda p, t=tree: count(t, stream, p), (False, True))
+            print(_row(tree, (full - empty) / args.records), flush=True)
+    print("\nreproduce: python bench/instructions.py "
+          + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])))
+    return 0
+
+
+def _row(tree: Path, per_record: float) -> str:
+    commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, check=False).stdout.strip() or "?"
+    return f"| {tree} | `{commit}` | {per_record:,.0f} |"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
