@@ -180,16 +180,29 @@ def array_sum(values: Sequence[float]) -> float:
     return array_sum(values[:half]) + array_sum(values[half:])
 
 
+@dataclass(frozen=True, slots=True)
+class _Weights:
+    """What every feature's t statistic shares: the baseline's recency weights, their sum and
+    the variance factor of the weighted baseline mean."""
+
+    total: float
+    v_b: float
+
+    @staticmethod
+    def of(baseline: list[tuple[WindowStats, float]]) -> _Weights:
+        total = array_sum([w for _, w in baseline])
+        return _Weights(total, array_sum([(w / total) * (w / total) / float(s.n)
+                                          for s, w in baseline]))
+
+
 def _t_statistic(
     current: Sequence[float], baseline: list[tuple[WindowStats, float]], j: int,
-    pooled_m2: float, pooled_df: int,
+    pooled_m2: float, pooled_df: int, weights: _Weights,
 ) -> tuple[float, int]:
     """Pooled-variance two-sample t statistic of one feature's ``current`` values and its df."""
     k = len(current)
-    weights = [w for _, w in baseline]
-    total = array_sum(weights)
+    total, v_b = weights.total, weights.v_b
     mu_b = array_sum([w * s.mean[j] for s, w in baseline]) / total
-    v_b = array_sum([(w / total) * (w / total) / float(s.n) for s, w in baseline])
     cur_mean = array_sum(current) / k
     m2 = pooled_m2 + array_sum([(x - cur_mean) * (x - cur_mean) for x in current])
     df = pooled_df + k - 1
@@ -271,14 +284,16 @@ def score_attunement_drift(
     t_at: list[int] = []
     ts: list[float] = []
     dfs: list[int] = []
-    for j, feature in enumerate(features):
-        column = [float(row[j]) for row in current]
+    weights = _Weights.of(baseline_windows)
+    columns = zip(*current, strict=True) if len(current) else ((),) * len(features)
+    for j, (feature, values) in enumerate(zip(features, columns, strict=True)):
+        column = [float(x) for x in values]
         if feature in BINARY_FEATURES:
             delta, p = _binary_test(column, baseline_windows, j)
             deltas.append(delta)
             p_values.append(p)
         else:
-            t, df = _t_statistic(column, baseline_windows, j, pooled_m2[j], pooled_df)
+            t, df = _t_statistic(column, baseline_windows, j, pooled_m2[j], pooled_df, weights)
             deltas.append(t)
             p_values.append(math.nan)
             t_at.append(j)
