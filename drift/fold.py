@@ -103,6 +103,40 @@ def step(state: UserState, baselines: UserBaselines, event: FhrEvent, config: Dr
     return Step(handled.state, handled.baselines, swept.effects + handled.effects)
 
 
+def may_erase(state: UserState, baselines: UserBaselines, event: FhrEvent, config: DriftConfig
+              ) -> bool:
+    """Whether ``step(state, baselines, event, config)`` may erase stored baselines: True
+    whenever its effects hold an :class:`ErasureCommand` (an erase request, a retroactive
+    mode change, a session started in a lower mode, a baseline past its TTL by the event's
+    time). The shell lets the checkpoint in flight land before such an event, so that the
+    erasure finds every version written before it.
+
+    >>> from drift.model import ModelTriple, SessionStart
+    >>> m = ModelTriple("m", "t", "bf16")
+    >>> full = step(initial("u"), UserBaselines(),
+    ...             FhrEvent("e1", "session_start", 0.0, "u", "s1", False,
+    ...                      SessionStart(Mode.FULL, "c", m, "g", "p")), DriftConfig()).state
+    >>> light = FhrEvent("e2", "session_start", 60.0, "u", "s2", False,
+    ...                  SessionStart(Mode.LIGHT, "c", m, "g", "p"))
+    >>> may_erase(full, UserBaselines(), light, DriftConfig())
+    True
+    >>> may_erase(initial("u"), UserBaselines(), light, DriftConfig())
+    False
+    """
+    body = event.body
+    if isinstance(body, MemoryErase):
+        return True
+    if isinstance(body, ModeChanged):
+        return body.retroactive
+    old = state.mode
+    if isinstance(body, SessionStart) and old is not None and old.keeps_baselines \
+            and body.mode.rank < old.rank:
+        return True
+    ts = max(event.ts_s, state.clock_s)
+    return ts - state.last_used_s > min(config.ttl_light_s, config.ttl_full_s) and bool(
+        expired_kinds(state, baselines, ts, config))
+
+
 def _dispatch(state: UserState, baselines: UserBaselines, event: FhrEvent, ctx: StepContext
               ) -> Step:
     body = event.body
@@ -310,5 +344,5 @@ def _mode_changed(state: UserState, baselines: UserBaselines, body: ModeChanged,
     return Step(state, baselines, Effects(writes=commands))
 
 
-__all__ = ["ErasureCommand", "Mode", "Step", "close_idle", "end_session", "initial", "step",
-           "summarize", "sweep"]
+__all__ = ["ErasureCommand", "Mode", "Step", "close_idle", "end_session", "initial",
+           "may_erase", "step", "summarize", "sweep"]

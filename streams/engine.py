@@ -1,6 +1,6 @@
 """The processing engine: records in, the fold stepped, messages and store writes out.
 
-It knows nothing of Kafka clients: the shell (``streams.app``) hands it batches
+It knows nothing of Kafka clients: the shell (``streams.worker``) hands it batches
 of records and publishes what it returns. For each record the engine decodes,
 steps the user's fold, stages what the step asks for and observes metrics from
 the typed results; every decision is the core's.
@@ -38,15 +38,13 @@ from baselines.store import BaselineStore, BatchWrite
 from drift.baseline import UserBaselines, derive_id
 from drift.erasure import expired_kinds, operator_erase, receipt
 from drift.evolve import fast_init
-from drift.fold import Step, initial, step, summarize, sweep
+from drift.fold import Step, initial, may_erase, step, summarize, sweep
 from drift.model import (
     DriftConfig,
     FhrEvent,
-    MemoryErase,
     MemoryWrite,
     MemoryWriteBlocked,
     Mode,
-    ModeChanged,
     NoticeShown,
 )
 from drift.outputs import (
@@ -125,6 +123,8 @@ class PendingBatch:
     """Kafka timestamps (ms) of the input records whose outputs the batch carries."""
     erased: set[int] = field(default_factory=set)
     """Partitions where an erasure was carried out (-1: a user no partition holds)."""
+    stopped_at: int | None = None
+    """Index of the first record left unprocessed because it may erase (see ``process``)."""
 
 
 def _processing_error(exc: Exception, event_id: str | None, record: InputRecord) -> Rejection:
@@ -208,25 +208,29 @@ class Engine:
                 out.append(_processing_error(exc, None, record))
         return out
 
-    @staticmethod
-    def may_erase(decoded: list[FhrEvent | Rejection]) -> bool:
-        """Whether processing these may erase stored baselines (an erase request or a mode
-        change): the shell then lets the checkpoint in flight land first, so the erasure
-        finds every version written before it."""
-        return any(isinstance(d, FhrEvent) and isinstance(d.body, (MemoryErase, ModeChanged))
-                   for d in decoded)
-
     def process(self, records: Sequence[InputRecord],
-                decoded: list[FhrEvent | Rejection] | None = None) -> PendingBatch:
+                decoded: list[FhrEvent | Rejection] | None = None, *,
+                stop_before_erasure: bool = False) -> PendingBatch:
         """Apply a batch of records (decoded by :meth:`decode` if not given) to memory;
-        returns what to publish and to commit."""
+        returns what to publish and to commit.
+
+        With ``stop_before_erasure`` (the shell has a checkpoint in flight), processing
+        stops before the first record that may erase stored baselines
+        (:func:`drift.fold.may_erase`) and the batch says where (``stopped_at``): the shell
+        lets the checkpoint land, so the erasure finds every version written before it,
+        and hands over the rest.
+        """
         batch = PendingBatch()
         touched: dict[str, int] = {}
         self.metrics.batch_size.observe(len(records))
         now = self.clock()
-        for record, item in zip(records, decoded or self.decode(records), strict=True):
+        for index, (record, item) in enumerate(
+                zip(records, decoded or self.decode(records), strict=True)):
             if record.offset < self.next_offsets.get(record.partition, 0):
                 continue
+            if stop_before_erasure and isinstance(item, FhrEvent) and self._may_erase(item):
+                batch.stopped_at = index
+                break
             self.next_offsets[record.partition] = record.offset + 1
             self.pending.offsets[record.partition] = record.offset + 1
             if isinstance(item, FhrEvent):
@@ -246,6 +250,14 @@ class Engine:
         self._stage_states(batch, touched)
         self._flush_counts()
         return batch
+
+    def _may_erase(self, event: FhrEvent) -> bool:
+        try:
+            return may_erase(self.states.get(event.user_id) or initial(event.user_id),
+                             self.baselines.get(event.user_id, NO_BASELINES), event,
+                             self.config)
+        except Exception:  # noqa: BLE001 - step raises too, and dead-letters the record
+            return False
 
     def _process_event(self, event: FhrEvent, result: Step, partition: int,
                        batch: PendingBatch, touched: dict[str, int], now: float) -> bool:

@@ -197,9 +197,14 @@ class Worker:
         if records:
             self._since_checkpoint += len(records)
             decoded = self.engine.decode(records)
-            if self.engine.may_erase(decoded):
-                await self._settle()  # an erasure must find the versions in flight
-            await self._publish(self.engine.process(records, decoded))
+            while True:
+                batch = self.engine.process(records, decoded,
+                                            stop_before_erasure=self._inflight is not None)
+                await self._publish(batch)
+                if batch.stopped_at is None:
+                    break
+                await self._settle()  # the next record may erase: it must find the versions
+                records, decoded = records[batch.stopped_at:], decoded[batch.stopped_at:]
         clock = time.monotonic()
         if clock - self._last_tick >= self.settings.timer_interval_s:
             self._last_tick = clock

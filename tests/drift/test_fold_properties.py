@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from baselines.snapshot import encode_state
 from drift.baseline import UserBaselines
-from drift.fold import initial, step
+from drift.fold import initial, may_erase, step
 from drift.model import (
     BaselineKind,
     BaselineReconfirmed,
@@ -34,11 +34,13 @@ from drift.model import (
     Turn,
     event_type_of,
 )
-from drift.outputs import Action, DriftScore, Output, Response
+from drift.outputs import Action, DriftScore, ErasureCommand, Output, Response
 
 CFG = DriftConfig()
 MODELS = (ModelTriple("m-a", "t-a", "bf16"), ModelTriple("m-b", "t-b", "fp8"))
 COMMITMENTS = ("c1", "c2", "c3")
+#: (event type, reason) of the erasures in the drawn sequences: the prediction is not vacuous.
+ERASURES: list[tuple[str, str]] = []
 
 
 @dataclass(frozen=True)
@@ -120,8 +122,14 @@ def _run(events: list[FhrEvent]) -> list[tuple[Output, ...]]:
     effects = []
     for event in events:
         before = encode_state(state)
+        predicted = may_erase(state, baselines, event, CFG)
         result = step(state, baselines, event, CFG)
         assert encode_state(state) == before, "step changed its argument"
+        for write in result.effects.writes:
+            if isinstance(write, ErasureCommand):
+                ERASURES.append((event.event_type, write.reason))
+                assert predicted, f"{event.event_type} erased ({write.reason}), but may_erase " \
+                                  "said it would not"
         state, baselines = result.state, result.baselines
         effects.append(result.effects.outputs)
     return effects
@@ -149,3 +157,13 @@ def test_the_effective_tier_never_goes_down_within_a_session(sessions: list[Plan
                 assert floor is None or out.effective_tier >= floor
                 assert out.effective_tier >= out.tier
                 floor = out.effective_tier
+
+
+def test_the_drawn_sequences_erase_by_every_path_may_erase_predicts() -> None:
+    """Run after the properties above: their sequences erased through erase requests, mode
+    changes, session starts in a lower mode and TTL expiry, and each was predicted."""
+    if not ERASURES:  # run alone: draw some
+        test_replaying_any_sequence_gives_the_same_effects()
+    assert {("memory_erase", "user_request"), ("continuity_mode_changed", "mode_downgrade"),
+            ("session_start", "mode_downgrade"), ("session_start", "ttl_expired")
+            } <= set(ERASURES), sorted(set(ERASURES))

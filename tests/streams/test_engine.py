@@ -40,15 +40,26 @@ class Harness:
         if batch.erased:
             self.store.compact()
 
-    def feed(self, records: list[tuple[bytes | None, bytes | None]], size: int = 50) -> None:
+    def feed(self, records: list[tuple[bytes | None, bytes | None]], size: int = 50,
+             stop_before_erasure: bool = False) -> int:
+        """Process ``records`` in batches of ``size``; with ``stop_before_erasure``, as the
+        worker does while a checkpoint is in flight (stop before a record that may erase,
+        settle, go on with the rest). Returns how many times a batch stopped."""
         offsets = dict(self.engine.next_offsets)
         rs = []
         for key, value in records:
             p = partition_of(key)
             rs.append(Record(p, offsets[p], key, value, int(START_S * 1000)))
             offsets[p] += 1
+        stops = 0
         for i in range(0, len(rs), size):
-            self.settle(self.engine.process(rs[i:i + size]))
+            chunk = rs[i:i + size]
+            batch = self.engine.process(chunk, stop_before_erasure=stop_before_erasure)
+            self.settle(batch)
+            if batch.stopped_at is not None:
+                stops += 1
+                self.settle(self.engine.process(chunk[batch.stopped_at:]))
+        return stops
 
     def sample(self, name: str, **labels: str) -> float:
         value = self.registry.get_sample_value(name, labels)
@@ -172,3 +183,13 @@ def test_the_timer_tells_in_advance_whether_its_round_will_erase(harness: Harnes
         harness.settle(batch)
     assert all(predicted == erased for predicted, erased in rounds), rounds
     assert rounds[1] == (True, True) and rounds[2] == (False, False)
+
+
+def test_stopping_before_each_erasure_changes_nothing_but_where_batches_end(
+        tmp_path: Path) -> None:
+    plain = Harness(tmp_path / "plain.duckdb")
+    plain.feed(golden_records())
+    stopping = Harness(tmp_path / "stopping.duckdb")
+    stops = stopping.feed(golden_records(), stop_before_erasure=True)
+    assert stops > 0 and any(t == topics.RECEIPTS for t, _ in plain.messages)
+    assert stopping.messages == plain.messages
