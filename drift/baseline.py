@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 from dataclasses import dataclass
-
-import numpy as np
 
 from drift.model import BaselineKind, DriftConfig, Mode, ModelTriple
 from drift.scoring import WindowStats
@@ -80,10 +79,10 @@ class AttunementBaseline:
                     df += stats.n - 1
         return tuple(m2), df
 
-    def turn_sd(self) -> np.ndarray:
+    def turn_sd(self) -> tuple[float, ...]:
         """Pooled within-window standard deviation per feature (floored)."""
         m2, df = self.pooled
-        return np.sqrt(np.maximum(np.asarray(m2) / max(df, 1), 1e-6))
+        return tuple(math.sqrt(max(v / max(df, 1), 1e-6)) for v in m2)
 
 
 @dataclass(frozen=True, slots=True)

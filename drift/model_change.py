@@ -8,8 +8,6 @@ at the re-attunement checkpoint the disclosure is checked
 
 from __future__ import annotations
 
-import numpy as np
-
 from drift.baseline import UserBaselines, derive_id
 from drift.checkpoint import StepContext, features_for
 from drift.evolve import evolve
@@ -100,9 +98,10 @@ def reattune(state: UserState, baselines: UserBaselines, ctx: StepContext
         return state, ()
     base_idx = [base.features.index(f) for f in feats]
     cols = [FEATURES.index(f) for f in feats]
-    early = np.asarray(early_rows)[:, cols]
-    late = np.asarray(base.late_profile)[base_idx]
-    sd = base.turn_sd()[base_idx]
+    early = [[row[c] for c in cols] for row in early_rows]
+    late = [base.late_profile[i] for i in base_idx]
+    turn_sd = base.turn_sd()
+    sd = [turn_sd[i] for i in base_idx]
     sem = semantic_drift(session.referenced) if baselines.semantic is not None else None
     trust_index = feats.index("trust") if "trust" in feats else None
     result = Reattunement(score_reattunement(early, late, sd, trust_index, sem, config),

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 from scipy import stats
 
 from drift.model import DriftConfig
+from drift.scoring import array_sum
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,21 +24,41 @@ class ReattuneScore:
     trust_continuity: float | None
 
 
-def standardized_gap(rows: np.ndarray, late: np.ndarray, turn_sd: np.ndarray, late_turns: int
-                     ) -> np.ndarray:
+Rows = Sequence[Sequence[float]]
+
+
+def _column_means(rows: Rows) -> list[float]:
+    """Per-feature means, summed row after row and divided by the count, as NumPy's
+    ``mean(axis=0)`` does on a C-ordered array (so the results are the same floats)."""
+    total = [float(x) for x in rows[0]]
+    for row in rows[1:]:
+        total = [a + float(b) for a, b in zip(total, row, strict=True)]
+    n = len(rows)
+    return [t / n for t in total]
+
+
+def standardized_gap(rows: Rows, late: Sequence[float], turn_sd: Sequence[float],
+                     late_turns: int) -> list[float]:
     """Per-feature gap of the mean of ``rows`` from ``late``, in standard errors.
 
     The standard error counts the noise of both means: ``sd * sqrt(1/n + 1/late_turns)``,
-    so a session from the same process gives gaps of about one.
+    so a session from the same process gives gaps of about one. Plain floats: a
+    re-attunement looks at a handful of numbers, where a NumPy call costs more than the
+    arithmetic (the values are those of the NumPy expression, which a test holds).
 
-    >>> standardized_gap(np.array([[1.0], [1.0]]), np.array([0.0]), np.array([1.0]), 2)
-    array([1.])
+    >>> standardized_gap([[1.0], [1.0]], [0.0], [1.0], 2)
+    [1.0]
     """
-    n = rows.shape[0]
-    return np.asarray((rows.mean(axis=0) - late) / (turn_sd * math.sqrt(1.0 / n + 1.0 / late_turns)))
+    scale = math.sqrt(1.0 / len(rows) + 1.0 / late_turns)
+    return [(m - float(l)) / (float(s) * scale)
+            for m, l, s in zip(_column_means(rows), late, turn_sd, strict=True)]
 
 
-def turns_to_baseline(rows: np.ndarray, late: np.ndarray, turn_sd: np.ndarray,
+def _mean_square(gap: Sequence[float]) -> float:
+    return array_sum([g * g for g in gap]) / len(gap)
+
+
+def turns_to_baseline(rows: Rows, late: Sequence[float], turn_sd: Sequence[float],
                       late_turns: int, window: int, level: float) -> int | None:
     """First turn at which the rolling ``window``-turn mean is within tolerance of ``late``.
 
@@ -45,17 +66,17 @@ def turns_to_baseline(rows: np.ndarray, late: np.ndarray, turn_sd: np.ndarray,
     quantile of its distribution for a session from the same process
     (chi-square with one degree of freedom per feature, divided by their number).
 
-    >>> late, sd = np.array([0.0, 0.0]), np.array([1.0, 1.0])
-    >>> rows = np.array([[4.0, 4.0], [3.0, 3.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    >>> late, sd = [0.0, 0.0], [1.0, 1.0]
+    >>> rows = [[4.0, 4.0], [3.0, 3.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]
     >>> turns_to_baseline(rows, late, sd, 3, 3, 0.95)
     4
-    >>> turns_to_baseline(np.full((5, 2), 5.0), late, sd, 3, 3, 0.95) is None
+    >>> turns_to_baseline([[5.0, 5.0]] * 5, late, sd, 3, 3, 0.95) is None
     True
     """
     limit = tolerance(len(late), level)
-    for end in range(window, rows.shape[0] + 1):
-        gap = standardized_gap(rows[end - window:end], late, turn_sd, late_turns)
-        if float(np.mean(gap ** 2)) <= limit:
+    for end in range(window, len(rows) + 1):
+        if _mean_square(standardized_gap(rows[end - window:end], late, turn_sd,
+                                         late_turns)) <= limit:
             return end
     return None
 
@@ -76,7 +97,7 @@ def _kernel(mean_square_gap: float, limit: float) -> float:
 
 
 def score_reattunement(
-    early: np.ndarray, late_profile: np.ndarray, turn_sd: np.ndarray,
+    early: Rows, late_profile: Sequence[float], turn_sd: Sequence[float],
     trust_index: int | None, semantic: float | None, config: DriftConfig,
 ) -> ReattuneScore:
     """Score a session's first turns against the prior session's late-session profile.
@@ -97,18 +118,18 @@ def score_reattunement(
     from the profile.
 
     >>> cfg = DriftConfig()
-    >>> late, sd = np.array([0.7, 0.6]), np.array([0.1, 0.1])
-    >>> same = score_reattunement(np.tile(late, (5, 1)), late, sd, 0, 0.0, cfg)
+    >>> late, sd = [0.7, 0.6], [0.1, 0.1]
+    >>> same = score_reattunement([late] * 5, late, sd, 0, 0.0, cfg)
     >>> same.quality, same.turns_to_baseline
     (1.0, 3)
-    >>> far = score_reattunement(np.tile(late - 0.3, (5, 1)), late, sd, 0, None, cfg)
+    >>> far = score_reattunement([[0.4, 0.3]] * 5, late, sd, 0, None, cfg)
     >>> round(far.quality, 3), far.turns_to_baseline
     (0.003, None)
     >>> trust_only = DriftConfig(reattune_weight_convergence=0.0, reattune_weight_semantic=0.0)
-    >>> score_reattunement(np.tile(late, (5, 1)), late, sd, None, None, trust_only).quality
+    >>> score_reattunement([late] * 5, late, sd, None, None, trust_only).quality
     1.0
     """
-    turns = early.shape[0]
+    turns = len(early)
     late_turns = config.late_profile_turns
     window = min(config.reattune_window, turns)
     ttb = (turns_to_baseline(early, late_profile, turn_sd, late_turns, window,
@@ -117,7 +138,7 @@ def score_reattunement(
     speed = 0.0 if ttb is None else 1.0 - (ttb - window) / horizon
     gap = standardized_gap(early, late_profile, turn_sd, late_turns)
     level = config.reattune_tolerance_level
-    closeness = _kernel(float(np.mean(gap ** 2)), tolerance(len(late_profile), level))
+    closeness = _kernel(_mean_square(gap), tolerance(len(late_profile), level))
     convergence = 0.5 * speed + 0.5 * closeness
     trust = (None if trust_index is None
              else _kernel(float(gap[trust_index]) ** 2, tolerance(1, level)))

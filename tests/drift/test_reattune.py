@@ -18,6 +18,7 @@ from drift.reattune import (
     tolerance,
     turns_to_baseline,
 )
+from drift.scoring import array_sum
 
 CFG = DriftConfig()
 #: Every phase but ``explain``, which needs libcst and only decorates a failure report.
@@ -148,9 +149,27 @@ def test_turns_to_baseline_is_the_first_window_within_tolerance(
     ttb = turns_to_baseline(early, late, sd, 3, window, level)
     limit = tolerance(len(late), level)
     inside = [end for end in range(window, early.shape[0] + 1)
-              if float(np.mean(standardized_gap(early[end - window:end], late, sd, 3) ** 2))
-              <= limit]
+              if float(np.mean(_numpy_gap(early[end - window:end], late, sd, 3) ** 2)) <= limit]
     assert ttb == (inside[0] if inside else None)
+
+
+def _numpy_gap(rows: np.ndarray, late: np.ndarray, sd: np.ndarray, late_turns: int
+               ) -> np.ndarray:
+    """The standardized gap as the NumPy expression it replaced computed it."""
+    n = rows.shape[0]
+    return np.asarray((rows.mean(axis=0) - late) / (sd * math.sqrt(1.0 / n + 1.0 / late_turns)))
+
+
+@settings(max_examples=300, deadline=None, phases=PHASES)
+@given(profiles(), st.integers(1, 12))
+def test_the_plain_float_gap_is_the_numpy_one_to_the_last_bit(
+    data: tuple[np.ndarray, np.ndarray, np.ndarray], late_turns: int,
+) -> None:
+    late, sd, early = data
+    expected = _numpy_gap(early, late, sd, late_turns)
+    got = standardized_gap(early.tolist(), late.tolist(), sd.tolist(), late_turns)
+    assert got == expected.tolist()
+    assert array_sum([g * g for g in got]) / len(got) == float(np.mean(expected ** 2))
 
 
 # --------------------------------------------------------------------------- seeded examples
