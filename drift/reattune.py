@@ -28,8 +28,10 @@ Rows = Sequence[Sequence[float]]
 
 
 def _column_means(rows: Rows) -> list[float]:
-    """Per-feature means, summed row after row and divided by the count, as NumPy's
-    ``mean(axis=0)`` does on a C-ordered array (so the results are the same floats)."""
+    """Per-feature means, summed row after row and divided by the count: for fewer than 8
+    rows (every early window at the default re-attunement turn, 5) the floats NumPy's
+    ``mean(axis=0)`` gives; from 8 rows NumPy may sum in pairwise blocks and differ in the
+    last bits."""
     total = [float(x) for x in rows[0]]
     for row in rows[1:]:
         total = [a + float(b) for a, b in zip(total, row, strict=True)]

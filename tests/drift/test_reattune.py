@@ -162,14 +162,19 @@ def _numpy_gap(rows: np.ndarray, late: np.ndarray, sd: np.ndarray, late_turns: i
 
 @settings(max_examples=300, deadline=None, phases=PHASES)
 @given(profiles(), st.integers(1, 12))
-def test_the_plain_float_gap_is_the_numpy_one_to_the_last_bit(
+def test_the_plain_float_gap_is_the_numpy_one(
     data: tuple[np.ndarray, np.ndarray, np.ndarray], late_turns: int,
 ) -> None:
+    """Exactly for fewer than 8 rows (NumPy sums longer columns in pairwise blocks); the
+    early window of a re-attunement has 5 at the default checkpoint turn."""
     late, sd, early = data
     expected = _numpy_gap(early, late, sd, late_turns)
     got = standardized_gap(early.tolist(), late.tolist(), sd.tolist(), late_turns)
-    assert got == expected.tolist()
-    assert array_sum([g * g for g in got]) / len(got) == float(np.mean(expected ** 2))
+    if early.shape[0] < 8:
+        assert got == expected.tolist()
+        assert array_sum([g * g for g in got]) / len(got) == float(np.mean(expected ** 2))
+    else:
+        assert got == pytest.approx(expected.tolist(), rel=1e-12, abs=1e-12)
 
 
 # --------------------------------------------------------------------------- seeded examples
