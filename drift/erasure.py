@@ -112,6 +112,14 @@ def expired_kinds(state: UserState, baselines: UserBaselines, now_s: float,
     return tuple(out)
 
 
+def expiry_due(state: UserState, baselines: UserBaselines, now_s: float, config: DriftConfig
+               ) -> bool:
+    """Whether a baseline is past its TTL by ``now_s``: :func:`expired_kinds`, after a cheap
+    test of the user's last use that answers most events."""
+    return now_s - state.last_used_s > min(config.ttl_light_s, config.ttl_full_s) and bool(
+        expired_kinds(state, baselines, now_s, config))
+
+
 def expire(state: UserState, baselines: UserBaselines, now_s: float, config: DriftConfig,
            cause: StepContext | None) -> tuple[UserState, UserBaselines, tuple[ErasureCommand, ...]]:
     """Erase the baselines that went unused past their TTL, as of event time ``now_s``.

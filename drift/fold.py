@@ -24,7 +24,7 @@ from typing import Any, assert_never
 from drift import ladder
 from drift.baseline import Baseline, UserBaselines, derive_id
 from drift.checkpoint import StepContext, checkpoint, rate
-from drift.erasure import downgrade, erase, erase_kinds_for, expire, expired_kinds
+from drift.erasure import downgrade, erase, erase_kinds_for, expire, expiry_due
 from drift.evolve import evolve, fast_init
 from drift.governance import audit_write, guard_after
 from drift.model import (
@@ -132,9 +132,7 @@ def may_erase(state: UserState, baselines: UserBaselines, event: FhrEvent, confi
     if isinstance(body, SessionStart) and old is not None and old.keeps_baselines \
             and body.mode.rank < old.rank:
         return True
-    ts = max(event.ts_s, state.clock_s)
-    return ts - state.last_used_s > min(config.ttl_light_s, config.ttl_full_s) and bool(
-        expired_kinds(state, baselines, ts, config))
+    return expiry_due(state, baselines, max(event.ts_s, state.clock_s), config)
 
 
 def _dispatch(state: UserState, baselines: UserBaselines, event: FhrEvent, ctx: StepContext
@@ -176,11 +174,7 @@ def _dispatch(state: UserState, baselines: UserBaselines, event: FhrEvent, ctx: 
 def _due(state: UserState, baselines: UserBaselines, now_s: float, config: DriftConfig
          ) -> bool:
     """Whether :func:`sweep` has anything to do by ``now_s`` (a cheap check per event)."""
-    if _idle_due(state.session, now_s, config):
-        return True
-    since = now_s - state.last_used_s
-    return since > min(config.ttl_light_s, config.ttl_full_s) and bool(
-        expired_kinds(state, baselines, now_s, config))
+    return _idle_due(state.session, now_s, config) or expiry_due(state, baselines, now_s, config)
 
 
 def _idle_due(session: SessionState | None, now_s: float, config: DriftConfig) -> bool:

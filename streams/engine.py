@@ -36,7 +36,7 @@ from prometheus_client import Counter
 
 from baselines.store import BaselineStore, BatchWrite
 from drift.baseline import UserBaselines, derive_id
-from drift.erasure import expired_kinds, operator_erase, receipt
+from drift.erasure import expiry_due, operator_erase, receipt
 from drift.evolve import fast_init
 from drift.fold import Step, initial, may_erase, step, summarize, sweep
 from drift.model import (
@@ -228,16 +228,17 @@ class Engine:
                 zip(records, decoded or self.decode(records), strict=True)):
             if record.offset < self.next_offsets.get(record.partition, 0):
                 continue
-            if stop_before_erasure and isinstance(item, FhrEvent) and self._may_erase(item):
-                batch.stopped_at = index
-                break
+            if isinstance(item, FhrEvent):
+                state = self.states.get(item.user_id) or initial(item.user_id)
+                baselines = self.baselines.get(item.user_id, NO_BASELINES)
+                if stop_before_erasure and self._may_erase(state, baselines, item):
+                    batch.stopped_at = index
+                    break
             self.next_offsets[record.partition] = record.offset + 1
             self.pending.offsets[record.partition] = record.offset + 1
             if isinstance(item, FhrEvent):
                 try:
-                    result = step(self.states.get(item.user_id) or initial(item.user_id),
-                                  self.baselines.get(item.user_id, NO_BASELINES), item,
-                                  self.config)
+                    result = step(state, baselines, item, self.config)
                 except Exception as exc:  # noqa: BLE001 - the fold is pure: state unchanged
                     item = _processing_error(exc, item.event_id, record)
                 else:
@@ -251,18 +252,16 @@ class Engine:
         self._flush_counts()
         return batch
 
-    def _may_erase(self, event: FhrEvent) -> bool:
+    def _may_erase(self, state: UserState, baselines: UserBaselines, event: FhrEvent) -> bool:
         try:
-            return may_erase(self.states.get(event.user_id) or initial(event.user_id),
-                             self.baselines.get(event.user_id, NO_BASELINES), event,
-                             self.config)
+            return may_erase(state, baselines, event, self.config)
         except Exception:  # noqa: BLE001 - step raises too, and dead-letters the record
             return False
 
     def _process_event(self, event: FhrEvent, result: Step, partition: int,
                        batch: PendingBatch, touched: dict[str, int], now: float) -> bool:
         self._count_event(event)
-        self._lags.append(now - event.ts_s)
+        self._lags.append(max(0.0, now - event.ts_s))
         user_id = event.user_id
         self.user_partition[user_id] = partition
         self._advance_watermark(partition, event.ts_s, now)
@@ -356,7 +355,7 @@ class Engine:
         for (counter, value), n in self._counts.items():
             self.metrics.of(counter, value).inc(n)
         self._counts.clear()
-        observe_many(self.metrics.event_time_lag, [max(0.0, lag) for lag in self._lags])
+        observe_many(self.metrics.event_time_lag, self._lags)
         self._lags.clear()
 
     def _count_event(self, event: FhrEvent) -> None:
@@ -457,8 +456,8 @@ class Engine:
     def expiring(self, times: dict[int, float]) -> bool:
         """Whether :meth:`tick` at ``times`` will erase a baseline past its TTL: the shell
         then lets the checkpoint in flight land first, so the erasure finds its versions."""
-        return any(expired_kinds(state, self.baselines.get(user_id, NO_BASELINES),
-                                 times[partition], self.config)
+        return any(expiry_due(state, self.baselines.get(user_id, NO_BASELINES),
+                              times[partition], self.config)
                    for user_id, state, partition in self._owned_users())
 
     def tick(self, times: dict[int, float] | None = None) -> PendingBatch:
