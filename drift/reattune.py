@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from scipy import stats
 
 from drift.model import DriftConfig
-from drift.scoring import array_sum
+from drift.scoring import array_sum, column_means
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,18 +27,6 @@ class ReattuneScore:
 Rows = Sequence[Sequence[float]]
 
 
-def _column_means(rows: Rows) -> list[float]:
-    """Per-feature means, summed row after row and divided by the count: for fewer than 8
-    rows (every early window at the default re-attunement turn, 5) the floats NumPy's
-    ``mean(axis=0)`` gives; from 8 rows NumPy may sum in pairwise blocks and differ in the
-    last bits."""
-    total = [float(x) for x in rows[0]]
-    for row in rows[1:]:
-        total = [a + float(b) for a, b in zip(total, row, strict=True)]
-    n = len(rows)
-    return [t / n for t in total]
-
-
 def standardized_gap(rows: Rows, late: Sequence[float], turn_sd: Sequence[float],
                      late_turns: int) -> list[float]:
     """Per-feature gap of the mean of ``rows`` from ``late``, in standard errors.
@@ -53,7 +41,7 @@ def standardized_gap(rows: Rows, late: Sequence[float], turn_sd: Sequence[float]
     """
     scale = math.sqrt(1.0 / len(rows) + 1.0 / late_turns)
     return [(m - float(l)) / (float(s) * scale)
-            for m, l, s in zip(_column_means(rows), late, turn_sd, strict=True)]
+            for m, l, s in zip(column_means(rows), late, turn_sd, strict=True)]
 
 
 def _mean_square(gap: Sequence[float]) -> float:

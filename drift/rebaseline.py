@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
-
 from drift import ladder
 from drift.baseline import (
     Baseline,
@@ -26,6 +24,7 @@ from drift.checkpoint import StepContext
 from drift.evolve import evolve
 from drift.model import FEATURES, MODE_FEATURES, BaselineKind, ModelTriple
 from drift.outputs import Action, ReleaseDetail, Response
+from drift.scoring import column_means
 from drift.state import SessionState, UserState
 
 MAX_SEMANTIC_ITEMS = 256
@@ -62,12 +61,12 @@ def fold_session(state: UserState, baselines: UserBaselines, ctx: StepContext
     feats = MODE_FEATURES[session.mode]
     idx = [FEATURES.index(f) for f in feats]
     windows = tuple(acc.stats(idx) for acc in session.turns.windows)
-    late = np.asarray(session.turns.late_rows)[:, idx].mean(axis=0)
+    late_means = column_means(session.turns.late_rows)
     previous = baselines.attunement
     att = fold_attunement(
         None if state.rebaseline_attunement else previous,
         _meta(previous, BaselineKind.ATTUNEMENT, state, session, model, ctx),
-        feats, windows, tuple(float(x) for x in late), ctx.config)
+        feats, windows, tuple(late_means[i] for i in idx), ctx.config)
     items = dict(baselines.semantic.items) if baselines.semantic else {}
     items.update(session.affirmed)
     sem = _semantic(baselines.semantic, items, state, session, model, ctx)

@@ -180,6 +180,26 @@ def array_sum(values: Sequence[float]) -> float:
     return array_sum(values[:half]) + array_sum(values[half:])
 
 
+def column_means(rows: Sequence[Sequence[float]]) -> list[float]:
+    """Per-column means of ``rows``, summed row after row and divided by the count.
+
+    For fewer than 8 rows (every early window and late profile at the default
+    configuration) these are the floats NumPy's ``mean(axis=0)`` gives; from 8 rows
+    NumPy may sum in pairwise blocks and differ in the last bits.
+
+    >>> column_means([(1.0, 0.0), (2.0, 1.0)])
+    [1.5, 0.5]
+    >>> rows = [(0.1, 0.7), (0.2, 0.3), (0.3, 0.9)]
+    >>> column_means(rows) == np.asarray(rows).mean(axis=0).tolist()
+    True
+    """
+    total = [float(x) for x in rows[0]]
+    for row in rows[1:]:
+        total = [a + float(b) for a, b in zip(total, row, strict=True)]
+    n = len(rows)
+    return [t / n for t in total]
+
+
 @dataclass(frozen=True, slots=True)
 class _Weights:
     """What every feature's t statistic shares: the baseline's recency weights, their sum and
@@ -399,6 +419,7 @@ __all__ = [
     "Composite",
     "FeatureTest",
     "WindowStats",
+    "column_means",
     "composite",
     "look_share",
     "safety_drift",

@@ -13,6 +13,7 @@ from drift.model import DriftConfig, Tier
 from drift.scoring import (
     CORE_FEATURES,
     WindowStats,
+    column_means,
     composite,
     look_share,
     score_attunement_drift,
@@ -245,3 +246,14 @@ def test_a_shift_in_the_core_features_is_attributed_to_them(shift: float) -> Non
     assert result.drift >= cfg.threshold_medium
     assert {f.feature for f in result.features[:2]} == set(CORE_FEATURES)
     assert all((f.delta > 0) == (shift > 0) for f in result.features[:2])
+
+
+@given(st.integers(min_value=1, max_value=7).flatmap(
+    lambda n: st.lists(st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False),
+                                min_size=6, max_size=6), min_size=n, max_size=n)))
+@settings(max_examples=200, deadline=None)
+def test_column_means_are_numpys_below_eight_rows(rows: list[list[float]]) -> None:
+    """The late profile and the re-attunement window are averaged in plain floats: below
+    8 rows they must be NumPy's ``mean(axis=0)`` to the last bit (the stored baselines and
+    the golden outputs were made with it)."""
+    assert column_means(rows) == np.asarray(rows).mean(axis=0).tolist()
