@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,7 +45,16 @@ from drift.outputs import (
 from drift.scoring import WindowStats
 from drift.state import UserState
 
-_json = msgspec.json.Encoder()
+
+def plain_values(value: object) -> object:
+    """msgspec's encoding hook for the arrays of doubles :class:`WindowStats` keeps: a list of
+    floats, so the stored JSON is what it was when they were tuples."""
+    if isinstance(value, array):
+        return value.tolist()
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+_json = msgspec.json.Encoder(enc_hook=plain_values)
 
 
 def user_ref(user_id: str) -> str:

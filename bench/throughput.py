@@ -959,12 +959,13 @@ def read_store_sizes(path: Path) -> dict[str, Any]:
 def state_size_bound(seed: int, sessions: Sequence[int]) -> list[dict[str, Any]]:
     """Encoded size of one user's state and current baselines after n sessions, per scenario."""
     from baselines.snapshot import encode_state
+    from baselines.store import plain_values
     from drift.model import DriftConfig
     from drift.replay import MemoryReplay
     from drift.simulation import Scenario, SimParams, simulate_user
 
     config = DriftConfig()
-    enc = msgspec.msgpack.Encoder()
+    enc = msgspec.msgpack.Encoder(enc_hook=plain_values)
     rows = []
     for scenario in (Scenario.STABLE, Scenario.ATTUNEMENT_SHIFT, Scenario.SEMANTIC_CONTRADICTION,
                      Scenario.MODEL_CHANGE_COLLAPSED, Scenario.SUSTAINED_LOW,
@@ -1028,6 +1029,7 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
     state's figure includes the user id key and both dicts' entries.
     """
     from baselines.snapshot import decode_state, encode_state
+    from baselines.store import plain_values
     from drift.baseline import AttunementBaseline, SafetyBaseline, SemanticBaseline, UserBaselines
     from drift.model import DriftConfig
     from drift.replay import MemoryReplay
@@ -1049,7 +1051,7 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
     states = [replay.states[u] for u in ids]
     bases = [replay.baselines.get(u, UserBaselines()) for u in ids]
     blobs = [encode_state(st) for st in states]
-    enc = msgspec.msgpack.Encoder()
+    enc = msgspec.msgpack.Encoder(enc_hook=plain_values)
     decoders: tuple[msgspec.msgpack.Decoder[Any], ...] = tuple(
         msgspec.msgpack.Decoder(k) for k in (AttunementBaseline, SemanticBaseline, SafetyBaseline))
     base_blobs = [tuple(None if b is None else enc.encode(b)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import sys
 from dataclasses import dataclass
 
-from drift.model import BaselineKind, DriftConfig, Mode, ModelTriple
+from drift.model import FEATURES, BaselineKind, DriftConfig, Mode, ModelTriple
 from drift.scoring import WindowStats
 
 
@@ -40,6 +41,15 @@ class BaselineMeta:
     mode: Mode
     expires_at_s: float
 
+    def __post_init__(self) -> None:
+        # One policy id for every user's versions (see ModelTriple): a reference, not a copy.
+        object.__setattr__(self, "drift_policy_id", sys.intern(self.drift_policy_id))
+
+
+_KNOWN_FEATURES = frozenset(FEATURES)
+_FEATURE_SETS: dict[tuple[str, ...], tuple[str, ...]] = {}
+"""The feature tuples baselines hold, one object each (at most the subsets of FEATURES)."""
+
 
 @dataclass(frozen=True)
 class AttunementBaseline:
@@ -54,6 +64,12 @@ class AttunementBaseline:
     features: tuple[str, ...]
     sessions: tuple[tuple[WindowStats | None, ...], ...]
     late_profile: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        # Every user's baseline names the same few feature sets: share one tuple of each.
+        object.__setattr__(self, "features",
+                           _FEATURE_SETS.setdefault(self.features, self.features)
+                           if set(self.features) <= _KNOWN_FEATURES else self.features)
 
     def window(self, w: int, decay: float) -> list[tuple[WindowStats, float]]:
         """Stats of window ``w`` across sessions, with recency weights ``decay**age``."""

@@ -7,6 +7,7 @@ only ever sees these frozen values.
 from __future__ import annotations
 
 import enum
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -71,10 +72,19 @@ SEMANTIC_CATEGORIES = frozenset({"boundaries", "topic"})
 
 @dataclass(frozen=True, slots=True)
 class ModelTriple:
+    """The model a session ran on; its text is shared between the many users and baselines
+    that name the same model (interned), so each holds a reference, not a copy."""
+
     model_version: str
     tokenizer_id: str
     precision_tag: str
     adapter_id: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("model_version", "tokenizer_id", "precision_tag", "adapter_id"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, sys.intern(value))
 
 
 @dataclass(frozen=True, slots=True)

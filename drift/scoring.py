@@ -9,6 +9,7 @@ with probability ``alpha_high``, however few turns the checkpoint holds. See
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -50,38 +51,51 @@ def transform_turn(turn: Turn) -> tuple[float, ...]:
             math.log1p(turn.user_tokens), math.log1p(turn.latency_ms))
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class WindowStats:
-    """Count, mean and sum of squared deviations per feature for one turn window."""
+    """Count, mean and sum of squared deviations per feature for one turn window.
+
+    ``mean`` and ``m2`` are kept as arrays of doubles whatever sequence they are given as:
+    a baseline holds up to 15 of these per user (5 sessions x 3 windows), and a tuple of
+    Python floats costs 232 bytes for six values against 128 (docs/performance.md,
+    "Per-user state"). They are never changed; the type says so (``Sequence``).
+    """
 
     n: int
-    mean: tuple[float, ...]
-    m2: tuple[float, ...]
+    mean: Sequence[float]
+    m2: Sequence[float]
+
+    def __post_init__(self) -> None:
+        for name in ("mean", "m2"):
+            values = getattr(self, name)
+            if not isinstance(values, array):
+                object.__setattr__(self, name, array("d", values))
+
+    def __hash__(self) -> int:
+        return hash((self.n, tuple(self.mean), tuple(self.m2)))
 
     @staticmethod
     def of(rows: np.ndarray) -> WindowStats:
         """Summarise an ``(n_turns, n_features)`` array.
 
         >>> w = WindowStats.of(np.array([[1.0, 0.0], [3.0, 1.0]]))
-        >>> w.n, w.mean, w.m2
-        (2, (2.0, 0.5), (2.0, 0.5))
+        >>> w.n, w.mean.tolist(), w.m2.tolist()
+        (2, [2.0, 0.5], [2.0, 0.5])
         """
         n = int(rows.shape[0])
         mean = rows.mean(axis=0)
         m2 = ((rows - mean) ** 2).sum(axis=0)
-        return WindowStats(n, tuple(float(x) for x in mean), tuple(float(x) for x in m2))
+        return WindowStats(n, mean.tolist(), m2.tolist())
 
     def restrict(self, idx: list[int]) -> WindowStats:
         """The same window over the features at ``idx`` only.
 
         >>> WindowStats(3, (1.0, 2.0, 3.0), (0.1, 0.2, 0.3)).restrict([2, 0])
-        WindowStats(n=3, mean=(3.0, 1.0), m2=(0.3, 0.1))
+        WindowStats(n=3, mean=array('d', [3.0, 1.0]), m2=array('d', [0.3, 0.1]))
         """
         if idx == list(range(len(self.mean))):
             return self
-        return WindowStats(self.n, tuple(self.mean[i] for i in idx),
-                           tuple(self.m2[i] for i in idx))
+        return WindowStats(self.n, [self.mean[i] for i in idx], [self.m2[i] for i in idx])
 
 
 @fast_init

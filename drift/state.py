@@ -74,7 +74,7 @@ class WindowSums:
     def add(self, row: Row) -> WindowSums:
         """
         >>> WindowSums().add((1.0,) * 6).add((3.0,) * 6).stats([0])
-        WindowStats(n=2, mean=(2.0,), m2=(2.0,))
+        WindowStats(n=2, mean=array('d', [2.0]), m2=array('d', [2.0]))
         """
         return WindowSums(self.n + 1, tuple(map(add, self.total, row)),
                           tuple(map(add, self.squares, map(mul, row, row))))
