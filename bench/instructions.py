@@ -35,9 +35,10 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SEED = 20261130
@@ -47,41 +48,71 @@ _COLLECTED = re.compile(r"Collected : (\d+)")
 def child(stream_path: Path, process: bool) -> None:
     """The measured process: load the stream, then put it through an engine if ``process``
     (the project's modules come from the tree under test, on ``PYTHONPATH``)."""
+    with stream_path.open("rb") as f:
+        stream: list[tuple[bytes, bytes]] = pickle.load(f)
+    records = len(stream) if process else 0
+    recs = input_records(stream)
+    through_engine(recs[:records])
+
+
+def through_engine(recs: Sequence[Any],
+                   run_write: Callable[[Callable[[], None]], None] | None = None) -> float:
+    """Put ``recs`` through a real :class:`streams.engine.Engine` on a DuckDB file in a
+    temporary directory, as the worker does: the collector's thresholds set, the loaded state
+    frozen, batches of 500, a checkpoint write (``rows_of`` + ``apply_rows``) every 5,000
+    records, handed to ``run_write`` if given (to time it). Returns the loop's seconds."""
     import gc
-    import zlib
+    import time
 
     from prometheus_client import CollectorRegistry
 
     from baselines.store import BaselineStore
     from drift.model import DriftConfig
     from streams import worker
-    from streams.engine import Engine, Record
+    from streams.engine import Engine
     from streams.metrics import build_metrics
 
-    with stream_path.open("rb") as f:
-        stream: list[tuple[bytes, bytes]] = pickle.load(f)
-    records = len(stream) if process else 0
-    offsets = dict.fromkeys(range(4), 0)
-    recs = []
-    for key, value in stream:
-        p = zlib.crc32(key) % 4
-        recs.append(Record(p, offsets[p], key, value, 1_800_000_000_000))
-        offsets[p] += 1
     thresholds = getattr(worker, "GC_THRESHOLDS", None)
     if thresholds:
         gc.set_threshold(*thresholds)
-    with tempfile.TemporaryDirectory(prefix="continuity-instructions-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="continuity-engine-") as tmp:
         store = BaselineStore(Path(tmp) / "continuity.duckdb")
         engine = Engine(store, DriftConfig(), build_metrics(CollectorRegistry()),
                         clock=lambda: 1.8e9 + 86400.0)
         engine.assign(range(4))
         gc.collect()
         gc.freeze()
-        for i in range(0, records, 500):
+
+        def write() -> None:
+            store.apply_rows(store.rows_of(engine.take_checkpoint()))
+
+        started = time.perf_counter()
+        for i in range(0, len(recs), 500):
             engine.process(recs[i:i + 500])
             if i % 5000 == 4500:
-                store.apply_rows(store.rows_of(engine.take_checkpoint()))
+                if run_write is None:
+                    write()
+                else:
+                    run_write(write)
+        loop_s = time.perf_counter() - started
         store.close()
+    return loop_s
+
+
+def input_records(stream: Sequence[tuple[bytes, bytes]], partitions: int = 4) -> list[Any]:
+    """The stream as the engine's input records, on ``partitions`` partitions by key (as the
+    producer's partitioner places a key: one partition per user), offsets from 0."""
+    import zlib
+
+    from streams.engine import Record
+
+    offsets = dict.fromkeys(range(partitions), 0)
+    out = []
+    for key, value in stream:
+        p = zlib.crc32(key) % partitions
+        out.append(Record(p, offsets[p], key, value, 1_800_000_000_000))
+        offsets[p] += 1
+    return out
 
 
 def build(path: Path, records: int, users: int, seed: int) -> None:

@@ -1,0 +1,164 @@
+"""Where the engine's time goes, in process: wall time per record of each part of
+``Engine.process`` and of the checkpoint write, on a simulated stream, without a broker.
+
+``bench/throughput.py`` measures the worker end to end and ``bench/instructions.py`` counts
+the engine's instructions for an A/B; this splits the engine's cost by concern, so that what
+limits the worker can be read as a table instead of a flame graph:
+
+- decode (``Engine.decode``: msgspec, validation, domain values);
+- the fold (``drift.fold.step``), and inside it scoring at checkpoints (``checkpoint``: the
+  attunement test, the composite, the response ladder), the attunement test alone,
+  re-attunement, the baseline fold at session end and the session start;
+- the shell (``Engine.process`` less decode and fold: metrics, output encoding, staging);
+- the checkpoint write (``rows_of`` + ``apply_rows``, every 5,000 records as in
+  ``bench/instructions.py``).
+
+Each part is timed by wrapping the function where the engine or the fold calls it; a
+wrapper costs well under a microsecond per call, so the parts called once per record or
+less are timed faithfully. The figures are wall time, so they move with the machine
+(compare within one run); the shares are steadier than the microseconds.
+
+    python bench/engine_split.py
+    python bench/engine_split.py --records 40000 --users 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import inspect
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+#: (label, module, function, parent label): a part, where it is called from, and the part
+#: it is inside of (the rows are printed in this order, indented under their parent).
+PARTS = (
+    ("engine (Engine.process)", "streams.engine", "Engine.process", None),
+    ("decode", "streams.engine", "Engine.decode", "engine (Engine.process)"),
+    ("fold (drift.fold.step)", "streams.engine", "step", "engine (Engine.process)"),
+    ("scoring at checkpoints", "drift.fold", "checkpoint", "fold (drift.fold.step)"),
+    ("attunement test", "drift.checkpoint", "attunement_test", "scoring at checkpoints"),
+    ("re-attunement", "drift.fold", "reattune", "fold (drift.fold.step)"),
+    ("baseline fold at session end", "drift.fold", "fold_session", "fold (drift.fold.step)"),
+    ("session start", "drift.fold", "_session_start", "fold (drift.fold.step)"),
+)
+
+
+class Timers:
+    """Calls and seconds per part, gathered by wrappers set on the modules."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+        self.seconds: dict[str, float] = {}
+
+    def wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        self.calls[label], self.seconds[label] = 0, 0.0
+        clock = time.perf_counter
+
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[label] += clock() - started
+                self.calls[label] += 1
+
+        return timed
+
+
+def install(timers: Timers) -> None:
+    """Set a timing wrapper on every part of :data:`PARTS` (and none twice)."""
+    import importlib
+
+    for label, module, name, _ in PARTS:
+        owner: Any = importlib.import_module(module)
+        *path, attr = name.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        timed = timers.wrap(label, getattr(owner, attr))
+        if isinstance(inspect.getattr_static(owner, attr), staticmethod):
+            timed = staticmethod(timed)
+        setattr(owner, attr, timed)
+
+
+def run(records: int, users: int, seed: int) -> tuple[Timers, float, float, int]:
+    """Put the stream through a real engine on a DuckDB file; returns the timers, the
+    checkpoint writes' seconds, the whole loop's seconds and the number of records."""
+    from bench.instructions import input_records, through_engine
+    from bench.throughput import build_stream
+
+    stream = build_stream(records, users, seed, start=1.8e9)
+    recs = input_records([(key, value) for key, value, _ in stream.records])
+    timers = Timers()
+    install(timers)
+    writes = [0.0]
+
+    def timed_write(write: Callable[[], None]) -> None:
+        started = time.perf_counter()
+        write()
+        writes[0] += time.perf_counter() - started
+
+    total_s = through_engine(recs, timed_write)
+    return timers, writes[0], total_s, len(recs)
+
+
+def table(timers: Timers, write_s: float, total_s: float, n: int) -> list[str]:
+    """The split as Markdown rows: us per record, share of the loop, calls, us per call."""
+    def row(label: str, seconds: float, calls: int | None, depth: int) -> str:
+        per_call = f"{1e6 * seconds / calls:,.1f}" if calls else ""
+        return (f"| {'. ' * depth}{label} | {1e6 * seconds / n:,.1f} | "
+                f"{100 * seconds / total_s:.1f}% | {calls if calls is not None else ''} | "
+                f"{per_call} |")
+
+    lines = ["| part | us/record | share | calls | us/call |", "|---|---:|---:|---:|---:|"]
+
+    def walk(parent: str | None, depth: int) -> None:
+        kids = [label for label, _, _, p in PARTS if p == parent]
+        for label in kids:
+            lines.append(row(label, timers.seconds[label], timers.calls[label], depth))
+            walk(label, depth + 1)
+        if parent is not None and kids:
+            rest = timers.seconds[parent] - sum(timers.seconds[k] for k in kids)
+            lines.append(row(f"the rest of {parent.split(' (')[0]}", rest, None, depth))
+
+    walk(None, 0)
+    lines.append(row("checkpoint write (rows_of + apply_rows)", write_s, None, 0))
+    lines.append(row("the loop (engine + checkpoint writes)", total_s, None, 0))
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Wall time per record of each part of the engine, in process.",
+        epilog="example: python bench/engine_split.py --records 40000 --users 400")
+    parser.add_argument("--records", type=int, default=40_000,
+                        help="records put through the engine (default 40000)")
+    parser.add_argument("--users", type=int, default=400,
+                        help="simulated users (default 400: ~100 events and ~7 sessions each, "
+                             "so that most sessions are scored against baselines)")
+    parser.add_argument("--seed", type=int, default=20261130)
+    args = parser.parse_args(argv)
+    if args.records < 1 or args.users < 1:
+        parser.error("--records and --users must be at least 1")
+    print(f"building {args.records:,} simulated records of {args.users:,} users ...",
+          file=sys.stderr, flush=True)
+    timers, write_s, total_s, n = run(args.records, args.users, args.seed)
+    print(f"{n:,} records through the engine in {total_s:.2f} s "
+          f"({n / total_s:,.0f} records/s, one thread, no broker)\n")
+    print("\n".join(table(timers, write_s, total_s, n)))
+    print("\nreproduce: python bench/engine_split.py "
+          + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,34 @@
+"""The engine split benchmark runs on this tree's engine and accounts for every part."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_engine_split_times_every_part_of_a_real_run() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "engine_split.py"), "--records", "3000",
+         "--users", "40"], cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {m["label"].lstrip(". ").strip(): m
+            for m in re.finditer(r"^\| (?P<label>[^|]+) \| (?P<us>[\d,.-]+) \| "
+                                 r"(?P<share>[\d.-]+)% \| (?P<calls>\d*) \|",
+                                 done.stdout, re.MULTILINE)}
+    assert "3,000 records through the engine" in done.stdout
+    # Every record went through the engine's decode and, as an event, through the fold.
+    assert int(rows["decode"]["calls"]) == 6  # 3,000 records in batches of 500
+    assert int(rows["fold (drift.fold.step)"]["calls"]) == 3000
+    # The simulated users reach checkpoints, session ends and re-attunement.
+    for part in ("scoring at checkpoints", "attunement test", "re-attunement",
+                 "baseline fold at session end", "session start"):
+        assert int(rows[part]["calls"]) > 0, part
+    # Nested parts are inside their parent: no "rest" is negative.
+    for label, row in rows.items():
+        if label.startswith("the rest of"):
+            assert float(row["us"].replace(",", "")) >= 0.0, label
+    assert "reproduce: python bench/engine_split.py --records 3000 --users 40" in done.stdout
