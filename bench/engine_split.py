@@ -76,7 +76,8 @@ class Timers:
 
 
 def install(timers: Timers) -> None:
-    """Set a timing wrapper on every part of :data:`PARTS` (and none twice)."""
+    """Set a timing wrapper on every part of :data:`PARTS`, where it is looked up when called
+    (once per process: a second call would time each part twice)."""
     import importlib
 
     for label, module, name, _ in PARTS:
