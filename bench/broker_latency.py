@@ -1,0 +1,217 @@
+"""The broker's own latency floor: a plain aiokafka consumer that decodes each value and does
+nothing else, reading a paced offer on the embedded broker, timed like the worker's latency.
+
+``bench/throughput.py`` measures the worker from an input record's Kafka timestamp to its
+first output; this measures, on the same kind of broker, records and offer, the time from
+that timestamp to the moment ``getmany`` hands the record to a consumer that does no work:
+what no worker can go below. It prints p50/p99/max per offered rate and per second of the
+offer (the floor grows while the offer lasts), the fetch cycles per second, and the producer's
+offer-to-ack time, so a reader can see which side of the broker the time is spent on.
+
+The consumer runs in its own process (as the worker does), with the worker's fetch settings
+(``fetch_wait_s``, ``batch_max``, ``batch_within_s``); the paced producer is the one
+``bench/throughput.py`` uses.
+
+    python bench/broker_latency.py
+    python bench/broker_latency.py --rate 5000,10000 --duration 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import throughput as tp
+from streams import topics
+from streams.broker import EmbeddedBroker
+from streams.settings import Settings
+
+CONSUMER_SCRIPT = """
+import asyncio, json, sys, time
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from streams.codec import decode_event
+
+bootstrap, n, out, ready, fetch_wait_ms, batch_max, within_ms, timeout_s = (
+    sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]),
+    int(sys.argv[6]), int(sys.argv[7]), float(sys.argv[8]))
+start = {int(p): int(o) for p, o in (kv.split(":") for kv in sys.argv[9].split(","))}
+
+async def main():
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                fetch_max_wait_ms=fetch_wait_ms, max_poll_records=batch_max)
+    await consumer.start()
+    parts = [TopicPartition("fhr.events", p) for p in sorted(start)]
+    consumer.assign(parts)
+    for tp in parts:
+        consumer.seek(tp, start[tp.partition])
+    open(ready, "w").close()
+    stamps, lags, cycles = [], [], []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(stamps) < n and time.monotonic() < deadline:
+            got = await consumer.getmany(timeout_ms=within_ms, max_records=batch_max)
+            now_ms = 1000.0 * time.time()
+            k = 0
+            for msgs in got.values():
+                for m in msgs:
+                    decode_event(m.key, m.value)
+                    stamps.append(m.timestamp)
+                    lags.append(now_ms - m.timestamp)
+                k += len(msgs)
+            if k:
+                cycles.append(now_ms)
+    finally:
+        await consumer.stop()
+    json.dump({"stamps": stamps, "latency_ms": lags, "cycles_ms": cycles}, open(out, "w"))
+
+asyncio.run(main())
+"""
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    got = tp.percentiles(values, (50, 99))
+    return {"p50": got["p50"], "p99": got["p99"], "max": max(values, default=float("nan"))}
+
+
+def _per_second(stamps: list[int], values: list[float], step_s: float
+                ) -> list[dict[str, float]]:
+    if not stamps:
+        return []
+    t0 = min(stamps)
+    buckets: dict[int, list[float]] = {}
+    for ts, v in zip(stamps, values, strict=True):
+        buckets.setdefault(int((ts - t0) / 1000.0 / step_s), []).append(v)
+    return [{"from_s": k * step_s, "n": len(v), **_quantiles(v)} for k, v in sorted(buckets.items())]
+
+
+def measure(bootstrap: str, tmp: Path, records: list[tuple[bytes, bytes, str]], rate: float,
+            partitions: int, settings: Settings, step_s: float) -> dict[str, Any]:
+    """Offer ``records`` at ``rate``/s while a plain consumer in its own process reads them."""
+    start = _log_end(bootstrap, partitions)
+    script = tmp / "floor_consumer.py"
+    script.write_text(textwrap.dedent(CONSUMER_SCRIPT))
+    out, ready = tmp / f"floor-{rate:.0f}.json", tmp / f"floor-{rate:.0f}.ready"
+    duration = len(records) / rate
+    proc = subprocess.Popen(
+        [sys.executable, str(script), bootstrap, str(len(records)), str(out), str(ready),
+         str(int(settings.fetch_wait_s * 1000)), str(settings.batch_max),
+         str(int(settings.batch_within_s * 1000)), str(duration + 60),
+         ",".join(f"{p}:{o}" for p, o in sorted(start.items()))],
+        cwd=ROOT, env=tp.clean_env(), stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the plain consumer did not start: {proc.stderr.read()!r}"
+                                   if proc.stderr else "the plain consumer did not start")
+            time.sleep(0.05)
+        time.sleep(1.0)  # its first fetches are in flight before the offer begins
+        acks: list[float] = []
+        sent, secs = asyncio.run(tp._produce(bootstrap, records, partitions, rate, acks))
+        proc.wait(timeout=duration + 90)
+    finally:
+        tp.stop_process(proc, timeout_s=10)
+    if not out.exists():
+        raise RuntimeError(f"the plain consumer exited with {proc.returncode} and no figures")
+    got = json.loads(out.read_text())
+    stamps, lat, cycles = got["stamps"], got["latency_ms"], got["cycles_ms"]
+    span_s = (max(cycles) - min(cycles)) / 1000.0 if len(cycles) > 1 else float("nan")
+    return {"rate": rate, "offered": sent, "achieved_offer_rate": sent / max(secs, 1e-9),
+            "received": len(lat), "latency_ms": _quantiles(lat),
+            "per_interval": _per_second(stamps, lat, step_s),
+            "fetch_cycles_per_s": len(cycles) / span_s if len(cycles) > 1 else float("nan"),
+            "offer_to_ack_ms": _quantiles([1000.0 * a for a in acks])}
+
+
+def _log_end(bootstrap: str, partitions: int) -> dict[int, int]:
+    """Each input partition's next offset, read from a marker written to its end (the
+    embedded broker's ListOffsets can answer the start of the last batch)."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    marks = {p: producer.send(topics.INPUT, b"{}", key=b"marker", partition=p).get(30).offset
+             for p in range(partitions)}
+    producer.close()
+    return {p: o + 1 for p, o in marks.items()}
+
+
+def report(runs: list[dict[str, Any]], command: str) -> str:
+    lines = [("| plain consumer + decode, paced offer | received | p50 ms | p99 ms | max ms "
+              "| fetch cycles/s | offer to ack p99 ms |"),
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        q, a = r["latency_ms"], r["offer_to_ack_ms"]
+        lines.append(f"| {r['rate']:.0f}/s offered (achieved {r['achieved_offer_rate']:.0f}/s) "
+                     f"| {r['received']} | {q['p50']:.0f} | {q['p99']:.0f} | {q['max']:.0f} "
+                     f"| {r['fetch_cycles_per_s']:.0f} | {a['p99']:.0f} |")
+    for r in runs:
+        lines.append("")
+        lines.append(f"{r['rate']:.0f}/s, by the record's offer time (the floor while the offer "
+                     "lasts):")
+        for b in r["per_interval"]:
+            lines.append(f"    {b['from_s']:5.1f} s  n={b['n']:6d}  p50 {b['p50']:5.0f} ms  "
+                         f"p99 {b['p99']:5.0f} ms  max {b['max']:5.0f} ms")
+    lines += ["", f"reproduce: {command}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", default="1000,5000,10000",
+                        help="comma-separated events/s, one paced offer each (default %(default)s)")
+    parser.add_argument("--duration", type=float, default=15.0,
+                        help="seconds of each offer (default %(default)s)")
+    parser.add_argument("--users", type=int, default=240)
+    parser.add_argument("--partitions", type=int, default=tp.PARTITIONS)
+    parser.add_argument("--step", type=float, default=2.0,
+                        help="seconds per row of the timeline (default %(default)s)")
+    parser.add_argument("--json", type=Path, default=None, help="write every figure here")
+    args = parser.parse_args(argv)
+    rates = [float(r) for r in args.rate.split(",") if r]
+    command = "python bench/broker_latency.py" + "".join(
+        f" {flag} {value:g}" if isinstance(value, float) else f" {flag} {shlex.quote(str(value))}" for flag, value, default in (
+            ("--rate", args.rate, "1000,5000,10000"), ("--duration", args.duration, 15.0),
+            ("--users", args.users, 240), ("--partitions", args.partitions, tp.PARTITIONS),
+            ("--step", args.step, 2.0)) if value != default)
+    counts = [int(r * args.duration) for r in rates]
+    tp.log(f"building {sum(counts)} simulated events for {args.users} users")
+    stream = tp.build_stream(sum(counts), args.users, tp.DEFAULT_SEED)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="continuity-floor-") as name, \
+            EmbeddedBroker() as broker:
+        topics.create_topics(broker.bootstrap, args.partitions)
+        begin = 0
+        for rate, count in zip(rates, counts, strict=True):
+            tp.log(f"{count} records offered at {rate:.0f}/s to a plain consumer")
+            runs.append(measure(broker.bootstrap, Path(name), stream.records[begin:begin + count],
+                                rate, args.partitions, Settings(), args.step))
+            tp.log(f"    p99 {runs[-1]['latency_ms']['p99']:.0f} ms")
+            begin += count
+    m = tp.machine()
+    print(f"machine: {m['nproc']} CPUs, {m['cpu_model']}; aiokafka {m['aiokafka']}; "
+          f"consumer settings as the worker's: fetch_wait_s {Settings().fetch_wait_s}, "
+          f"batch_max {Settings().batch_max}, batch_within_s {Settings().batch_within_s}")
+    print(report(runs, command))
+    if args.json:
+        args.json.write_text(json.dumps(runs, indent=2))
+    return 0 if all(r["received"] == r["offered"] for r in runs) else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    sys.exit(main())
