@@ -4,8 +4,8 @@ nothing else, reading a paced offer on the embedded broker, timed like the worke
 ``bench/throughput.py`` measures the worker from an input record's Kafka timestamp to its
 first output; this measures, on the same kind of broker, records and offer, the time from
 that timestamp to the moment ``getmany`` hands the record to a consumer that does no work:
-what no worker can go below. It prints p50/p99/max per offered rate and per second of the
-offer (the floor grows while the offer lasts), the fetch cycles per second, and the producer's
+what no worker can go below. It prints p50/p99/max per offered rate and per ``--step`` seconds of
+the offer (the floor grows while the offer lasts), the fetch cycles per second, and the producer's
 offer-to-ack time, so a reader can see which side of the broker the time is spent on.
 
 The consumer runs in its own process (as the worker does), with the worker's fetch settings
@@ -58,8 +58,8 @@ async def main():
     consumer.assign(parts)
     for tp in parts:
         consumer.seek(tp, start[tp.partition])
-    open(ready, "w").close()
     stamps, lags, cycles = [], [], []
+    fetched_once = False
     deadline = time.monotonic() + timeout_s
     try:
         while len(stamps) < n and time.monotonic() < deadline:
@@ -74,6 +74,9 @@ async def main():
                 k += len(msgs)
             if k:
                 cycles.append(now_ms)
+            if not fetched_once:  # a fetch has come back: the offer may begin
+                fetched_once = True
+                open(ready, "w").close()
     finally:
         await consumer.stop()
     json.dump({"stamps": stamps, "latency_ms": lags, "cycles_ms": cycles}, open(out, "w"))
@@ -87,7 +90,7 @@ def _quantiles(values: list[float]) -> dict[str, float]:
     return {"p50": got["p50"], "p99": got["p99"], "max": max(values, default=float("nan"))}
 
 
-def _per_second(stamps: list[int], values: list[float], step_s: float
+def _timeline(stamps: list[int], values: list[float], step_s: float
                 ) -> list[dict[str, float]]:
     if not stamps:
         return []
@@ -98,10 +101,11 @@ def _per_second(stamps: list[int], values: list[float], step_s: float
     return [{"from_s": k * step_s, "n": len(v), **_quantiles(v)} for k, v in sorted(buckets.items())]
 
 
-def measure(bootstrap: str, tmp: Path, records: list[tuple[bytes, bytes, str]], rate: float,
-            partitions: int, settings: Settings, step_s: float) -> dict[str, Any]:
-    """Offer ``records`` at ``rate``/s while a plain consumer in its own process reads them."""
-    start = _log_end(bootstrap, partitions)
+def measure(bootstrap: str, tmp: Path, records: list[tuple[bytes, bytes, str]],
+            start: dict[int, int], rate: float, partitions: int, settings: Settings,
+            step_s: float) -> dict[str, Any]:
+    """Offer ``records`` at ``rate``/s while a plain consumer in its own process reads them
+    from ``start`` (each input partition's offset where the offer begins)."""
     script = tmp / "floor_consumer.py"
     script.write_text(textwrap.dedent(CONSUMER_SCRIPT))
     out, ready = tmp / f"floor-{rate:.0f}.json", tmp / f"floor-{rate:.0f}.ready"
@@ -119,7 +123,6 @@ def measure(bootstrap: str, tmp: Path, records: list[tuple[bytes, bytes, str]], 
                 raise RuntimeError(f"the plain consumer did not start: {proc.stderr.read()!r}"
                                    if proc.stderr else "the plain consumer did not start")
             time.sleep(0.05)
-        time.sleep(1.0)  # its first fetches are in flight before the offer begins
         acks: list[float] = []
         sent, secs = asyncio.run(tp._produce(bootstrap, records, partitions, rate, acks))
         proc.wait(timeout=duration + 90)
@@ -129,24 +132,13 @@ def measure(bootstrap: str, tmp: Path, records: list[tuple[bytes, bytes, str]], 
         raise RuntimeError(f"the plain consumer exited with {proc.returncode} and no figures")
     got = json.loads(out.read_text())
     stamps, lat, cycles = got["stamps"], got["latency_ms"], got["cycles_ms"]
-    span_s = (max(cycles) - min(cycles)) / 1000.0 if len(cycles) > 1 else float("nan")
+    cycles_per_s = (len(cycles) * 1000.0 / (max(cycles) - min(cycles)) if len(cycles) > 1
+                    else float("nan"))
     return {"rate": rate, "offered": sent, "achieved_offer_rate": sent / max(secs, 1e-9),
             "received": len(lat), "latency_ms": _quantiles(lat),
-            "per_interval": _per_second(stamps, lat, step_s),
-            "fetch_cycles_per_s": len(cycles) / span_s if len(cycles) > 1 else float("nan"),
+            "per_interval": _timeline(stamps, lat, step_s),
+            "fetch_cycles_per_s": cycles_per_s,
             "offer_to_ack_ms": _quantiles([1000.0 * a for a in acks])}
-
-
-def _log_end(bootstrap: str, partitions: int) -> dict[int, int]:
-    """Each input partition's next offset, read from a marker written to its end (the
-    embedded broker's ListOffsets can answer the start of the last batch)."""
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    marks = {p: producer.send(topics.INPUT, b"{}", key=b"marker", partition=p).get(30).offset
-             for p in range(partitions)}
-    producer.close()
-    return {p: o + 1 for p, o in marks.items()}
 
 
 def report(runs: list[dict[str, Any]], command: str) -> str:
@@ -183,11 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rate.split(",") if r]
-    command = "python bench/broker_latency.py" + "".join(
-        f" {flag} {value:g}" if isinstance(value, float) else f" {flag} {shlex.quote(str(value))}" for flag, value, default in (
+    command = "python bench/broker_latency.py"
+    for flag, value, default in (
             ("--rate", args.rate, "1000,5000,10000"), ("--duration", args.duration, 15.0),
             ("--users", args.users, 240), ("--partitions", args.partitions, tp.PARTITIONS),
-            ("--step", args.step, 2.0)) if value != default)
+            ("--step", args.step, 2.0)):
+        if value != default:
+            command += f" {flag} {value:g}" if isinstance(value, float) \
+                else f" {flag} {shlex.quote(str(value))}"
+    settings = Settings()
     counts = [int(r * args.duration) for r in rates]
     tp.log(f"building {sum(counts)} simulated events for {args.users} users")
     stream = tp.build_stream(sum(counts), args.users, tp.DEFAULT_SEED)
@@ -198,15 +194,17 @@ def main(argv: list[str] | None = None) -> int:
         begin = 0
         for rate, count in zip(rates, counts, strict=True):
             tp.log(f"{count} records offered at {rate:.0f}/s to a plain consumer")
+            # the log holds exactly the earlier offers
+            start = tp.offsets_after(stream.records[:begin], args.partitions)
             runs.append(measure(broker.bootstrap, Path(name), stream.records[begin:begin + count],
-                                rate, args.partitions, Settings(), args.step))
+                                start, rate, args.partitions, settings, args.step))
             tp.log(f"    p99 {runs[-1]['latency_ms']['p99']:.0f} ms")
             begin += count
     import aiokafka
 
     print(f"machine: {os.cpu_count()} CPUs; aiokafka {aiokafka.__version__}; "
-          f"consumer settings as the worker's: fetch_wait_s {Settings().fetch_wait_s}, "
-          f"batch_max {Settings().batch_max}, batch_within_s {Settings().batch_within_s}")
+          f"consumer settings as the worker's: fetch_wait_s {settings.fetch_wait_s}, "
+          f"batch_max {settings.batch_max}, batch_within_s {settings.batch_within_s}")
     print(report(runs, command))
     if args.json:
         args.json.write_text(json.dumps(runs, indent=2))
