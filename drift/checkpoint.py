@@ -8,6 +8,7 @@ responses it climbs to.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from drift import ladder
@@ -50,8 +51,28 @@ def features_for(mode: Mode, available: tuple[str, ...]) -> tuple[str, ...]:
     >>> features_for(Mode.LIGHT, ("trust", "friction", "latency_ms"))
     ('friction', 'latency_ms')
     """
-    allowed = MODE_FEATURES.get(mode, ())
-    return tuple(f for f in available if f in allowed)
+    return _layout(mode.value, available).features
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """Where a mode's features sit: in the baseline's stats (``base_idx``) and in a turn's
+    row (``cols``, :data:`FEATURES` order); ``whole`` when both are every column in order."""
+
+    features: tuple[str, ...]
+    base_idx: list[int]
+    cols: list[int]
+    whole: bool
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(mode: str, available: tuple[str, ...]) -> _Layout:
+    # Per (mode, feature set), of which there are a handful; read at every checkpoint.
+    allowed = MODE_FEATURES.get(Mode(mode), ())
+    feats = tuple(f for f in available if f in allowed)
+    base_idx = [available.index(f) for f in feats]
+    cols = [FEATURES.index(f) for f in feats]
+    return _Layout(feats, base_idx, cols, feats == available == FEATURES)
 
 
 def attunement_test(session: SessionState, baselines: UserBaselines, config: DriftConfig
@@ -61,19 +82,23 @@ def attunement_test(session: SessionState, baselines: UserBaselines, config: Dri
     rows_now = session.turns.current_rows
     if base is None or not rows_now:
         return None
-    feats = features_for(session.mode, base.features)
+    layout = _layout(session.mode.value, base.features)
+    feats = layout.features
     if not feats:
         return None
     looks = session.turns.looks
     w = min(looks, config.windows - 1)
-    base_idx = [base.features.index(f) for f in feats]
-    windows = [(s.restrict(base_idx), wt) for s, wt in base.window(w, config.recency_decay)]
-    if sum(s.n for s, _ in windows) < config.min_baseline_turns:
+    found = base.window(w, config.recency_decay)
+    if sum(s.n for s, _ in found) < config.min_baseline_turns:
         return None
     m2_all, df = base.pooled
     if df < 2:
         return None
-    cols = [FEATURES.index(f) for f in feats]
+    if layout.whole:
+        return score_attunement_drift(rows_now, feats, found, (m2_all, df), looks + 1, w,
+                                      config)
+    base_idx, cols = layout.base_idx, layout.cols
+    windows = [(s.restrict(base_idx), wt) for s, wt in found]
     rows = [[row[c] for c in cols] for row in rows_now]
     pooled = (tuple(m2_all[i] for i in base_idx), df)
     return score_attunement_drift(rows, feats, windows, pooled, looks + 1, w, config)

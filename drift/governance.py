@@ -31,8 +31,11 @@ def guard_after(guard: Guard, turn: Turn, config: DriftConfig) -> Guard:
     >>> guard_after(g, Turn.neutral(5, reflection=True), DriftConfig()).high_res_block
     False
     """
-    blocking = (("ae_active",) if turn.ae_severity in BLOCKING_SEVERITIES else ()) + tuple(
-        name for name in _BLOCKING_FLAGS if getattr(turn, name))
+    blocking: tuple[str, ...] = ()
+    if turn.care_override or turn.care_cooloff or turn.crisis or turn.legal_hold \
+            or turn.ae_severity in BLOCKING_SEVERITIES:  # rare: most turns block nothing
+        blocking = (("ae_active",) if turn.ae_severity in BLOCKING_SEVERITIES else ()) + tuple(
+            name for name in _BLOCKING_FLAGS if getattr(turn, name))
     if turn.reflection:
         streak, block = 0, False
     elif turn.resonance_depth >= config.high_resonance:

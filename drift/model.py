@@ -22,15 +22,22 @@ class Mode(str, enum.Enum):
 
     @property
     def keeps_baselines(self) -> bool:
-        """Light and full modes baseline and score; the others keep nothing per user."""
-        return self in (Mode.LIGHT, Mode.FULL)
+        """Light and full modes baseline and score; the others keep nothing per user.
+
+        >>> [m.keeps_baselines for m in Mode], [m.rank for m in Mode]
+        ([False, False, True, True], [0, 1, 2, 3])
+        """
+        # By value: hashing a member calls Enum.__hash__ in Python, and this is read per event.
+        return self._value_ in _BASELINING
 
     @property
     def rank(self) -> int:
-        return _MODE_RANK[self]
+        return _MODE_RANK[self._value_]
 
 
-_MODE_RANK = {Mode.STATELESS: 0, Mode.SESSION_ONLY: 1, Mode.LIGHT: 2, Mode.FULL: 3}
+_BASELINING = frozenset({Mode.LIGHT.value, Mode.FULL.value})
+_MODE_RANK = {Mode.STATELESS.value: 0, Mode.SESSION_ONLY.value: 1, Mode.LIGHT.value: 2,
+              Mode.FULL.value: 3}
 
 
 class Tier(enum.IntEnum):

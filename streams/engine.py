@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 
 from baselines.store import BaselineStore, BatchWrite
 from drift.baseline import UserBaselines, derive_id
@@ -155,7 +155,8 @@ class Engine:
         so a user who never had one is never named in the store or the changelog."""
         self.watermarks: dict[int, tuple[float, float]] = {}
         self.pending = BatchWrite(topic=topics.INPUT)
-        self._counts: dict[tuple[Counter, str], int] = {}
+        self._counts: dict[Counter, int] = {}
+        self._observed: dict[Histogram, list[float]] = {}
         self._lags: list[float] = []
 
     # ------------------------------------------------------------------ partitions
@@ -222,7 +223,7 @@ class Engine:
         """
         batch = PendingBatch()
         touched: dict[str, int] = {}
-        self.metrics.batch_size.observe(len(records))
+        self._observe_value(self.metrics.batch_size, len(records))
         now = self.clock()
         for index, (record, item) in enumerate(
                 zip(records, decoded or self.decode(records), strict=True)):
@@ -285,7 +286,7 @@ class Engine:
                 self._erase(write, partition, batch)
             elif state.persistable:
                 self.pending.baselines.append((partition, write))
-                self.metrics.of(self.metrics.baseline_versions, write.meta.kind.value).inc()
+                self._count(self.metrics.baseline_versions, write.meta.kind.value)
         for out in effects.outputs:
             self._observe(out)
             self._publish(batch, out, partition)
@@ -323,7 +324,7 @@ class Engine:
                                          partition))
 
     def _dead_letter(self, record: InputRecord, rejection: Rejection, batch: PendingBatch) -> None:
-        self.metrics.of(self.metrics.rejections, rejection.reason).inc()
+        self._count(self.metrics.rejections, rejection.reason)
         letter = DeadLetter(
             derive_id("deadletter", topics.INPUT, str(record.partition), str(record.offset)),
             rejection.reason, topics.INPUT, record.partition, record.offset,
@@ -345,16 +346,28 @@ class Engine:
 
     # ------------------------------------------------------------------ metrics
 
-    def _count(self, counter: Counter, value: str) -> None:
-        """Count one ``value`` of a one-label counter; the counters (and the event-time lag)
-        move once per batch."""
-        key = (counter, value)
-        self._counts[key] = self._counts.get(key, 0) + 1
+    def _count(self, counter: Counter, value: str | None = None) -> None:
+        """Count one event of ``counter`` (of its child for ``value`` if it has a label); the
+        counters and histograms move once per batch (:meth:`_flush_counts`)."""
+        child = counter if value is None else self.metrics.of(counter, value)
+        self._counts[child] = self._counts.get(child, 0) + 1
+
+    def _observe_value(self, histogram: Histogram, value: float, label: str | None = None
+                       ) -> None:
+        """Observe ``value`` on ``histogram`` (its child for ``label``) at the batch's end."""
+        child = histogram if label is None else self.metrics.of(histogram, label)
+        values = self._observed.get(child)
+        if values is None:
+            values = self._observed[child] = []
+        values.append(value)
 
     def _flush_counts(self) -> None:
-        for (counter, value), n in self._counts.items():
-            self.metrics.of(counter, value).inc(n)
+        for counter, n in self._counts.items():
+            counter.inc(n)
         self._counts.clear()
+        for histogram, values in self._observed.items():
+            observe_many(histogram, values)
+        self._observed.clear()
         observe_many(self.metrics.event_time_lag, self._lags)
         self._lags.clear()
 
@@ -367,48 +380,48 @@ class Engine:
         elif isinstance(body, MemoryWriteBlocked):
             self._count(m.memory_writes_blocked, body.reason)
         elif isinstance(body, NoticeShown):
-            m.model_change_notices_shown.inc()
+            self._count(m.model_change_notices_shown)
 
     def _count_erasure(self, result: ErasureResult) -> None:
         for target in result.targets:
-            self.metrics.of(self.metrics.erasures, target.outcome.value).inc()
+            self._count(self.metrics.erasures, target.outcome.value)
         if not result.targets:
-            self.metrics.of(self.metrics.erasures, result.outcome.value).inc()
+            self._count(self.metrics.erasures, result.outcome.value)
 
     def _observe(self, out: Output) -> None:
         m = self.metrics
         match out:
             case DriftScore():
-                m.of(m.scores, out.tier.label).inc()
-                m.drift_score.observe(out.score)
+                self._count(m.scores, out.tier.label)
+                self._observe_value(m.drift_score, out.score)
                 for component, value in out.components.items():
                     if value is not None:
-                        m.of(m.drift_component, component.value).observe(value)
+                        self._observe_value(m.drift_component, value, component.value)
             case ReattuneQualityScore():
                 self._observe_reattunement(out.reattunement)
             case Response():
-                m.of(m.responses, out.action.value).inc()
+                self._count(m.responses, out.action.value)
                 if out.action is Action.MODEL_CHANGE_NOTICE:
-                    m.model_changes_detected.inc()
+                    self._count(m.model_changes_detected)
                 if isinstance(out.detail, ReattuneDetail):
                     outcome = (ReattuneOutcome.COMPLETED if out.action is Action.REATTUNE_COMPLETED
                                else ReattuneOutcome.FAILED)
-                    m.of(m.reattune_outcomes, outcome.value).inc()
+                    self._count(m.reattune_outcomes, outcome.value)
                     self._observe_reattunement(out.detail.reattunement)
             case Escalation():
-                m.of(m.escalations, out.escalation.value).inc()
+                self._count(m.escalations, out.escalation.value)
             case Violation():
-                m.of(m.violations, out.rule.value).inc()
+                self._count(m.violations, out.rule.value)
             case ErasureReceipt():
                 pass
 
     def _observe_reattunement(self, r: Reattunement) -> None:
         m = self.metrics
-        m.reattune_quality.observe(r.score.quality)
+        self._observe_value(m.reattune_quality, r.score.quality)
         if r.score.turns_to_baseline is not None:
-            m.reattune_turns_to_baseline.observe(r.score.turns_to_baseline)
+            self._observe_value(m.reattune_turns_to_baseline, r.score.turns_to_baseline)
         else:
-            m.of(m.reattune_outcomes, ReattuneOutcome.NEVER_REACHED_BASELINE.value).inc()
+            self._count(m.reattune_outcomes, ReattuneOutcome.NEVER_REACHED_BASELINE.value)
 
     def refresh_gauges(self) -> None:
         """Set the gauges of open sessions and holds: a walk over every user, so the shell

@@ -84,6 +84,9 @@ def test_metrics_count_exactly_what_was_published(harness: Harness) -> None:
     for tier in ("low", "medium", "high"):
         assert harness.sample("continuity_scores_total", tier=tier) == sum(
             p["tier"] == tier for p in drift_scores)
+    assert harness.sample("continuity_drift_score_count") == len(drift_scores)
+    assert harness.sample("continuity_drift_score_sum") == pytest.approx(
+        sum(p["continuity_drift_score"] for p in drift_scores))
     for (topic, label), n in by.items():
         if topic == topics.RESPONSES:
             assert harness.sample("continuity_responses_total", action=label) == n
@@ -99,6 +102,30 @@ def test_metrics_count_exactly_what_was_published(harness: Harness) -> None:
     accepted = sum(harness.sample("continuity_events_total", event_type=t) for t in
                    {e.event_type for e in golden_events()})
     assert accepted == len(golden_records()) - 3
+
+
+def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for metric in registry.collect() for s in metric.samples
+            if not s.name.startswith("continuity_batch_size") and not s.name.endswith("_created")}
+
+
+def test_metrics_move_once_per_batch_to_what_each_record_alone_gives(tmp_path: Path) -> None:
+    """Counters and histograms are moved at a batch's end: the golden log in batches of 50
+    exports the samples of the same log one record per batch (the batch-size histogram
+    aside, which tells the batches apart by design; sums up to the order of addition)."""
+    exported = []
+    for size in (1, 50):
+        h = Harness(tmp_path / f"{size}.duckdb")
+        records = [Record(partition_of(key), i, key, value, int(START_S * 1000))
+                   for i, (key, value) in enumerate(golden_records())]
+        for i in range(0, len(records), size):
+            h.engine.process(records[i:i + size])
+        exported.append(_samples(h.registry))
+        h.store.close()
+    one, fifty = exported
+    assert fifty == pytest.approx(one, rel=1e-12)
+    assert one[("continuity_drift_score_count", ())] > 0
 
 
 def test_only_durable_users_are_stored_with_their_sessions(harness: Harness) -> None:
