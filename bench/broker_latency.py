@@ -109,6 +109,8 @@ def measure(bootstrap: str, tmp: Path, records: list[tuple[bytes, bytes, str]],
     script = tmp / "floor_consumer.py"
     script.write_text(textwrap.dedent(CONSUMER_SCRIPT))
     out, ready = tmp / f"floor-{rate:.0f}.json", tmp / f"floor-{rate:.0f}.ready"
+    out.unlink(missing_ok=True)
+    ready.unlink(missing_ok=True)
     duration = len(records) / rate
     proc = subprocess.Popen(
         [sys.executable, str(script), bootstrap, str(len(records)), str(out), str(ready),

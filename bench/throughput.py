@@ -877,6 +877,25 @@ def phase_latency(bootstrap: str, base: Path, records: Sequence[tuple[bytes, byt
     }
 
 
+def phase_floor(bootstrap: str, base: Path, records: Sequence[tuple[bytes, bytes, str]],
+                input_start: dict[int, int], rate: float, partitions: int, settings: Any
+                ) -> dict[str, Any]:
+    """The broker's latency floor just before a worker latency phase at ``rate``: a plain
+    aiokafka consumer that decodes each value and does nothing else, in its own process with
+    the worker's fetch settings, timed from each record's Kafka timestamp to ``getmany``
+    handing it over (``bench/broker_latency.py``, which measures the floor alone). No worker
+    can go below it on this broker; a failure is reported, and the phases go on."""
+    from bench import broker_latency
+
+    try:
+        return broker_latency.measure(bootstrap, base, list(records), input_start, rate,
+                                      partitions, settings, step_s=max(1.0, len(records)
+                                                                       / rate / 5))
+    except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as exc:
+        log(f"    floor run at {rate:.0f}/s failed: {exc}")
+        return {"rate": rate, "offered": len(records), "error": str(exc)}
+
+
 def phase_memory(bootstrap: str, base: Path, total: int, broker_pid: int,
                  interval_s: float, spec: WorkerSpec) -> dict[str, Any]:
     worker = WorkerRun(bootstrap, base, "worker-memory",
@@ -1278,11 +1297,17 @@ def _latency_goal(rate: float) -> float | None:
     return LATENCY_GOALS_S.get(float(rate))
 
 
-def _report_latency(runs: Sequence[dict[str, Any]]) -> list[str]:
+def _floor_at(floors: Sequence[dict[str, Any]], rate: float) -> dict[str, Any] | None:
+    return next((f for f in floors if f["rate"] == rate and "error" not in f), None)
+
+
+def _report_latency(runs: Sequence[dict[str, Any]], floors: Sequence[dict[str, Any]] = ()
+                    ) -> list[str]:
     lines: list[str] = []
     for lat in runs:
         if "error" in lat:
             continue
+        floor = _floor_at(floors, lat["rate"])
         h, e, pa_ = lat["histogram"], lat["exact_per_record"], lat["producer_ack"]
         lines.append("")
         lines.append(f"| latency at {lat['rate']:.0f} events/s offered "
@@ -1300,6 +1325,11 @@ def _report_latency(runs: Sequence[dict[str, Any]]) -> list[str]:
         lines.append(f"| (offer to broker ack of the input batch) | {pa_['n']} | "
                      f"{fmt(1e3 * pa_['p50'])} | {fmt(1e3 * pa_['p95'])} | "
                      f"{fmt(1e3 * pa_['p99'])} | | | |")
+        if floor is not None:
+            q = floor["latency_ms"]
+            lines.append(f"| floor: plain consumer + decode, same offer just before "
+                         f"(record ts to getmany) | {floor['received']} | {fmt(q['p50'])} | "
+                         f"| {fmt(q['p99'])} | {fmt(q['max'])} | | |")
         lines.append("")
         lines.append(f"worker CPU {100 * lat['worker_cpu_share']:.0f}% and broker CPU "
                      f"{100 * lat['broker_cpu_share']:.0f}% of one core; at most "
@@ -1317,8 +1347,15 @@ def _report_latency(runs: Sequence[dict[str, Any]]) -> list[str]:
         goal = _latency_goal(lat["rate"])
         verdict = ("no SPEC goal at this rate" if goal is None else
                    f"goal p99 < {1e3 * goal:.0f} ms: {_verdict(e['p99'] < goal)}")
+        floor = _floor_at(floors, lat["rate"])
+        beside = ("" if floor is None else
+                  f" (the broker's floor in this run: p99 {fmt(floor['latency_ms']['p99'])} ms, "
+                  f"max {fmt(floor['latency_ms']['max'])} ms)")
         lines.append(f"  {lat['rate']:>6.0f}/s: p50 {fmt(1e3 * e['p50'])} ms, p99 "
-                     f"{fmt(1e3 * e['p99'])} ms, max {fmt(1e3 * e['max'])} ms; {verdict}")
+                     f"{fmt(1e3 * e['p99'])} ms, max {fmt(1e3 * e['max'])} ms; {verdict}{beside}")
+    for floor in floors:
+        if "error" in floor:
+            lines.append(f"  floor at {floor['rate']:.0f}/s: failed: {floor['error']}")
     return lines
 
 
@@ -1459,7 +1496,7 @@ def report(res: dict[str, Any]) -> str:
               f"(all scenarios, ~{s['sessions_per_user']} sessions each), "
               f"{s['partitions']} partitions, produced at {s['produce_rate']:.0f}/s")]
     lines += _report_throughput(res)
-    lines += _report_latency(res.get("latency") or [])
+    lines += _report_latency(res.get("latency") or [], res.get("latency_floor") or [])
     if res.get("memory"):
         lines += _report_memory(res["memory"])
     lines += _report_commits(res)
@@ -1535,7 +1572,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--quick", action="store_true", help="smoke run, about 5 minutes")
     parser.add_argument("--skip", action="append", default=[],
-                        choices=["baselines", "worker", "latency", "memory", "state"],
+                        choices=["baselines", "worker", "latency", "floor", "memory",
+                                 "state"],
                         help="leave out a phase (repeatable)")
     parser.add_argument("--split", action="store_true",
                         help="also time Engine.process and commit_batch in-process (no Kafka) "
@@ -1562,9 +1600,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     duration = float(args.duration or preset["duration"])
     mem_events = int(args.memory_events or preset["memory_events"])
     state_users: tuple[int, ...] = args.state_users or preset["state_users"]
-    # one slice of the records per latency phase, after the throughput records
+    # one slice of the records per latency phase, after the throughput records; with the
+    # floor, each rate's floor slice (a plain consumer on the same kind of offer) before it
     paced = [int(r * duration) for r in rates] if "latency" not in args.skip else []
-    total = max(n + sum(paced), mem_events if "memory" not in args.skip else 0)
+    floors = bool(paced) and "floor" not in args.skip
+    offered = sum(paced) * (2 if floors else 1)
+    total = max(n + offered, mem_events if "memory" not in args.skip else 0)
 
     command = "python bench/throughput.py" + (" --quick" if args.quick else "")
     for flag, value, default in (("--events", n, preset["events"]),
@@ -1650,9 +1691,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if args.profile is not None:
                     res["profile"] = summarize_profile(args.profile / "worker-throughput.txt")
             if "latency" not in args.skip:
-                res["latency"] = []
+                res["latency"], res["latency_floor"] = [], []
                 begin = n
                 for rate, count in zip(rates, paced, strict=True):
+                    if floors:
+                        log(f"floor run: a plain consumer, {count} records offered at "
+                            f"{rate:.0f}/s")
+                        res["latency_floor"].append(phase_floor(
+                            broker.bootstrap, tmp, stream.records[begin:begin + count],
+                            offsets_after(stream.records[:begin], args.partitions), rate,
+                            args.partitions, defaults))
+                        begin += count
                     log(f"latency run: {count} records offered at {rate:.0f}/s")
                     try:
                         lat = phase_latency(
@@ -1666,7 +1715,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     res["latency"].append(lat)
                     begin += count
             if "memory" not in args.skip:
-                have = n + sum(paced)
+                have = n + offered
                 if total > have:
                     log(f"producing {total - have} more records for the memory run")
                     produce(broker.bootstrap, stream.records[have:total], args.partitions)
