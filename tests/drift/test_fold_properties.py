@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import groupby
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from baselines.snapshot import encode_state
@@ -135,8 +135,22 @@ def _run(events: list[FhrEvent]) -> list[tuple[Output, ...]]:
     return effects
 
 
+#: A sequence that erases by all four paths, run besides the drawn ones: a retroactive
+#: downgrade and an erase request in one session, a TTL passed before the next start, then
+#: a session started in a lower mode. The drawn sequences reach each path only by chance.
+EVERY_ERASURE = [
+    Plan(Mode.FULL, 0, "g1", 6, 0.0, (), True, 60.0),
+    Plan(Mode.FULL, 0, "g1", 6, 0.0, ((3, ModeChanged(Mode.FULL, Mode.LIGHT, "consent-2", True)),
+                                       (5, MemoryErase("relational", "all", "user_request", "r0"))),
+         True, 100 * 86400.0),
+    Plan(Mode.FULL, 0, "g1", 6, 0.0, (), True, 60.0),
+    Plan(Mode.LIGHT, 0, "g1", 2, 0.0, (), True, 60.0),
+]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(plans, min_size=1, max_size=8), st.sampled_from([0, 0, 5, 9]))
+@example(EVERY_ERASURE, 0)
 def test_replaying_any_sequence_gives_the_same_effects(sessions: list[Plan], resend: int
                                                         ) -> None:
     events = _events(sessions, resend)
@@ -160,8 +174,9 @@ def test_the_effective_tier_never_goes_down_within_a_session(sessions: list[Plan
 
 
 def test_the_drawn_sequences_erase_by_every_path_may_erase_predicts() -> None:
-    """Run after the properties above: their sequences erased through erase requests, mode
-    changes, session starts in a lower mode and TTL expiry, and each was predicted."""
+    """Run after the properties above: their sequences (:data:`EVERY_ERASURE` among them)
+    erased through erase requests, mode changes, session starts in a lower mode and TTL
+    expiry, and each was predicted."""
     if not ERASURES:  # run alone: draw some
         test_replaying_any_sequence_gives_the_same_effects()
     assert {("memory_erase", "user_request"), ("continuity_mode_changed", "mode_downgrade"),
