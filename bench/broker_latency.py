@@ -49,12 +49,13 @@ bootstrap, n, out, ready, fetch_wait_ms, batch_max, within_ms, timeout_s = (
     sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]),
     int(sys.argv[6]), int(sys.argv[7]), float(sys.argv[8]))
 start = {int(p): int(o) for p, o in (kv.split(":") for kv in sys.argv[9].split(","))}
+topic = sys.argv[10]
 
 async def main():
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                 fetch_max_wait_ms=fetch_wait_ms, max_poll_records=batch_max)
     await consumer.start()
-    parts = [TopicPartition("fhr.events", p) for p in sorted(start)]
+    parts = [TopicPartition(topic, p) for p in sorted(start)]
     consumer.assign(parts)
     for tp in parts:
         consumer.seek(tp, start[tp.partition])
@@ -103,9 +104,9 @@ def _timeline(stamps: list[int], values: list[float], step_s: float
 
 def measure(bootstrap: str, tmp: Path, records: list[tuple[bytes, bytes, str]],
             start: dict[int, int], rate: float, partitions: int, settings: Settings,
-            step_s: float) -> dict[str, Any]:
-    """Offer ``records`` at ``rate``/s while a plain consumer in its own process reads them
-    from ``start`` (each input partition's offset where the offer begins)."""
+            step_s: float, topic: str = topics.INPUT) -> dict[str, Any]:
+    """Offer ``records`` to ``topic`` at ``rate``/s while a plain consumer in its own process
+    reads them from ``start`` (each partition's offset where the offer begins)."""
     script = tmp / "floor_consumer.py"
     script.write_text(textwrap.dedent(CONSUMER_SCRIPT))
     out, ready = tmp / f"floor-{rate:.0f}.json", tmp / f"floor-{rate:.0f}.ready"
@@ -116,7 +117,7 @@ def measure(bootstrap: str, tmp: Path, records: list[tuple[bytes, bytes, str]],
         [sys.executable, str(script), bootstrap, str(len(records)), str(out), str(ready),
          str(int(settings.fetch_wait_s * 1000)), str(settings.batch_max),
          str(int(settings.batch_within_s * 1000)), str(duration + 60),
-         ",".join(f"{p}:{o}" for p, o in sorted(start.items()))],
+         ",".join(f"{p}:{o}" for p, o in sorted(start.items())), topic],
         cwd=ROOT, env=tp.clean_env(), stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
@@ -126,7 +127,8 @@ def measure(bootstrap: str, tmp: Path, records: list[tuple[bytes, bytes, str]],
                                    if proc.stderr else "the plain consumer did not start")
             time.sleep(0.05)
         acks: list[float] = []
-        sent, secs = asyncio.run(tp._produce(bootstrap, records, partitions, rate, acks))
+        sent, secs = asyncio.run(tp._produce(bootstrap, records, partitions, rate, acks,
+                                             topic))
         proc.wait(timeout=duration + 90)
     finally:
         tp.stop_process(proc, timeout_s=10)

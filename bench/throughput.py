@@ -94,6 +94,9 @@ STATE_RESIDENT_GOAL_B = 10240
 RSS_SLOPE_GOAL_MB = 1.0  # per 100k events over the second half of the memory run
 DEFAULT_SEED = 20261201
 PARTITIONS = 4
+#: The latency floor's topic: the same records as a latency phase, read by a plain consumer
+#: just before, kept out of the worker's input so that no worker counts them.
+FLOOR_TOPIC = "bench.floor"
 POLL_S = 0.5
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -162,8 +165,9 @@ def partition_of(key: bytes, partitions: int) -> int:
 
 async def _produce(bootstrap: str, records: Sequence[tuple[bytes, bytes, str]],
                    partitions: int, rate: float = 0.0,
-                   acks: list[float] | None = None) -> tuple[int, float]:
-    """Send records in per-partition batches; paced at ``rate``/s when ``rate`` > 0.
+                   acks: list[float] | None = None, topic: str = topics.INPUT
+                   ) -> tuple[int, float]:
+    """Send records to ``topic`` in per-partition batches; paced at ``rate``/s when ``rate`` > 0.
 
     Paced records carry the wall-clock time at which they are offered as their Kafka
     timestamp. ``acks`` collects, per batch, seconds from offer to broker acknowledgement.
@@ -196,11 +200,11 @@ async def _produce(bootstrap: str, records: Sequence[tuple[bytes, bytes, str]],
                 if batch is None:
                     batch = batches[part] = producer.create_batch()
                 if batch.append(key=key, value=value, timestamp=ts_ms) is None:
-                    futures.append(await producer.send_batch(batch, topics.INPUT, partition=part))
+                    futures.append(await producer.send_batch(batch, topic, partition=part))
                     batch = batches[part] = producer.create_batch()
                     batch.append(key=key, value=value, timestamp=ts_ms)
             for part, batch in batches.items():
-                fut = await producer.send_batch(batch, topics.INPUT, partition=part)
+                fut = await producer.send_batch(batch, topic, partition=part)
                 if acks is not None:
                     fut.add_done_callback(lambda _f, t=offered: acks.append(time.time() - t))
                 futures.append(fut)
@@ -218,6 +222,18 @@ def produce(bootstrap: str, records: Sequence[tuple[bytes, bytes, str]],
             partitions: int) -> float:
     sent, elapsed = asyncio.run(_produce(bootstrap, records, partitions))
     return float(sent / max(elapsed, 1e-9))
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    """Create one topic explicitly (the embedded broker would auto-create it with 4
+    partitions)."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-admin")
+    try:
+        admin.create_topics([NewTopic(name, partitions, 1)])
+    finally:
+        admin.close()
 
 
 def offsets_after(records: Sequence[tuple[bytes, bytes, str]], partitions: int
@@ -880,17 +896,20 @@ def phase_latency(bootstrap: str, base: Path, records: Sequence[tuple[bytes, byt
 def phase_floor(bootstrap: str, base: Path, records: Sequence[tuple[bytes, bytes, str]],
                 input_start: dict[int, int], rate: float, partitions: int, settings: Any
                 ) -> dict[str, Any]:
-    """The broker's latency floor just before a worker latency phase at ``rate``: a plain
-    aiokafka consumer that decodes each value and does nothing else, in its own process with
-    the worker's fetch settings, timed from each record's Kafka timestamp to ``getmany``
-    handing it over (``bench/broker_latency.py``, which measures the floor alone). No worker
-    can go below it on this broker; a failure is reported, and the phases go on."""
+    """The broker's latency floor just before a worker latency phase at ``rate``: the phase's
+    records offered the same way to :data:`FLOOR_TOPIC` (``input_start``: its offsets before
+    them), read by a plain aiokafka consumer that decodes each value and does nothing else,
+    in its own process with the worker's fetch settings, timed from each record's Kafka
+    timestamp to ``getmany`` handing it over (``bench/broker_latency.py``, which measures the
+    floor alone). No worker can go below it on this broker; a failure is reported, and the
+    phases go on."""
     from bench import broker_latency
 
     try:
         return broker_latency.measure(bootstrap, base, list(records), input_start, rate,
-                                      partitions, settings, step_s=max(1.0, len(records)
-                                                                       / rate / 5))
+                                      partitions, settings,
+                                      step_s=max(1.0, len(records) / rate / 5),
+                                      topic=FLOOR_TOPIC)
     except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as exc:
         log(f"    floor run at {rate:.0f}/s failed: {exc}")
         return {"rate": rate, "offered": len(records), "error": str(exc)}
@@ -1600,12 +1619,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     duration = float(args.duration or preset["duration"])
     mem_events = int(args.memory_events or preset["memory_events"])
     state_users: tuple[int, ...] = args.state_users or preset["state_users"]
-    # one slice of the records per latency phase, after the throughput records; with the
-    # floor, each rate's floor slice (a plain consumer on the same kind of offer) before it
+    # one slice of the records per latency phase, after the throughput records (each rate's
+    # floor gets the same slice, offered the same way, on a topic of its own just before)
     paced = [int(r * duration) for r in rates] if "latency" not in args.skip else []
     floors = bool(paced) and "floor" not in args.skip
-    offered = sum(paced) * (2 if floors else 1)
-    total = max(n + offered, mem_events if "memory" not in args.skip else 0)
+    total = max(n + sum(paced), mem_events if "memory" not in args.skip else 0)
 
     command = "python bench/throughput.py" + (" --quick" if args.quick else "")
     for flag, value, default in (("--events", n, preset["events"]),
@@ -1665,6 +1683,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             assert broker._proc is not None
             broker_pid = broker._proc.pid
             topics.create_topics(broker.bootstrap, args.partitions)
+            if floors:
+                create_topic(broker.bootstrap, FLOOR_TOPIC, args.partitions)
             log(f"broker at {broker.bootstrap}; producing {n} records")
             produce_rate = produce(broker.bootstrap, stream.records[:n], args.partitions)
             res["stream"] = {"records": n, "users": stream.users,
@@ -1695,13 +1715,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 begin = n
                 for rate, count in zip(rates, paced, strict=True):
                     if floors:
-                        log(f"floor run: a plain consumer, {count} records offered at "
-                            f"{rate:.0f}/s")
+                        log(f"floor run: a plain consumer, the same {count} records offered "
+                            f"at {rate:.0f}/s to {FLOOR_TOPIC}")
                         res["latency_floor"].append(phase_floor(
                             broker.bootstrap, tmp, stream.records[begin:begin + count],
-                            offsets_after(stream.records[:begin], args.partitions), rate,
+                            offsets_after(stream.records[n:begin], args.partitions), rate,
                             args.partitions, defaults))
-                        begin += count
                     log(f"latency run: {count} records offered at {rate:.0f}/s")
                     try:
                         lat = phase_latency(
@@ -1715,7 +1734,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     res["latency"].append(lat)
                     begin += count
             if "memory" not in args.skip:
-                have = n + offered
+                have = n + sum(paced)
                 if total > have:
                     log(f"producing {total - have} more records for the memory run")
                     produce(broker.bootstrap, stream.records[have:total], args.partitions)
