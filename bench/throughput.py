@@ -224,14 +224,17 @@ def produce(bootstrap: str, records: Sequence[tuple[bytes, bytes, str]],
     return float(sent / max(elapsed, 1e-9))
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int, delete: bool = False) -> None:
     """Create one topic explicitly (the embedded broker would auto-create it with 4
-    partitions)."""
+    partitions), or with ``delete`` delete it (the broker keeps its log in memory)."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-admin")
     try:
-        admin.create_topics([NewTopic(name, partitions, 1)])
+        if delete:
+            admin.delete_topics([name])
+        else:
+            admin.create_topics([NewTopic(name, partitions, 1)])
     finally:
         admin.close()
 
@@ -1733,6 +1736,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         lat = {"rate": rate, "offered": count, "error": str(exc)}
                     res["latency"].append(lat)
                     begin += count
+                if floors:
+                    create_topic(broker.bootstrap, FLOOR_TOPIC, args.partitions, delete=True)
             if "memory" not in args.skip:
                 have = n + sum(paced)
                 if total > have:
