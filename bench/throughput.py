@@ -224,17 +224,25 @@ def produce(bootstrap: str, records: Sequence[tuple[bytes, bytes, str]],
     return float(sent / max(elapsed, 1e-9))
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, delete: bool = False) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     """Create one topic explicitly (the embedded broker would auto-create it with 4
-    partitions), or with ``delete`` delete it (the broker keeps its log in memory)."""
+    partitions)."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-admin")
     try:
-        if delete:
-            admin.delete_topics([name])
-        else:
-            admin.create_topics([NewTopic(name, partitions, 1)])
+        admin.create_topics([NewTopic(name, partitions, 1)])
+    finally:
+        admin.close()
+
+
+def delete_topic(bootstrap: str, name: str) -> None:
+    """Delete one topic (the embedded broker keeps its log in memory)."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-admin")
+    try:
+        admin.delete_topics([name])
     finally:
         admin.close()
 
@@ -1319,17 +1327,14 @@ def _latency_goal(rate: float) -> float | None:
     return LATENCY_GOALS_S.get(float(rate))
 
 
-def _floor_at(floors: Sequence[dict[str, Any]], rate: float) -> dict[str, Any] | None:
-    return next((f for f in floors if f["rate"] == rate and "error" not in f), None)
-
-
 def _report_latency(runs: Sequence[dict[str, Any]], floors: Sequence[dict[str, Any]] = ()
                     ) -> list[str]:
     lines: list[str] = []
+    floor_at = {f["rate"]: f for f in floors if "error" not in f}
     for lat in runs:
         if "error" in lat:
             continue
-        floor = _floor_at(floors, lat["rate"])
+        floor = floor_at.get(lat["rate"])
         h, e, pa_ = lat["histogram"], lat["exact_per_record"], lat["producer_ack"]
         lines.append("")
         lines.append(f"| latency at {lat['rate']:.0f} events/s offered "
@@ -1369,7 +1374,7 @@ def _report_latency(runs: Sequence[dict[str, Any]], floors: Sequence[dict[str, A
         goal = _latency_goal(lat["rate"])
         verdict = ("no SPEC goal at this rate" if goal is None else
                    f"goal p99 < {1e3 * goal:.0f} ms: {_verdict(e['p99'] < goal)}")
-        floor = _floor_at(floors, lat["rate"])
+        floor = floor_at.get(lat["rate"])
         beside = ("" if floor is None else
                   f" (the broker's floor in this run: p99 {fmt(floor['latency_ms']['p99'])} ms, "
                   f"max {fmt(floor['latency_ms']['max'])} ms)")
@@ -1737,7 +1742,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     res["latency"].append(lat)
                     begin += count
                 if floors:
-                    create_topic(broker.bootstrap, FLOOR_TOPIC, args.partitions, delete=True)
+                    delete_topic(broker.bootstrap, FLOOR_TOPIC)
             if "memory" not in args.skip:
                 have = n + sum(paced)
                 if total > have:
