@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar
 
-from drift.baseline import AttunementBaseline, Baseline, BaselineMeta
+from drift.baseline import AttunementBaseline, Baseline, BaselineMeta, derive_id
 from drift.evolve import fast_init
 from drift.model import BaselineKind, Mode, ModelTriple, Tier
 from drift.reattune import ReattuneScore
@@ -360,3 +360,18 @@ class Effects:
 
 
 NO_EFFECTS = Effects()
+
+
+def dead_letter_id(topic: str, partition: int, offset: int, last_offset: int | None = None
+                   ) -> str:
+    """The id of the dead letter for the record at ``offset`` of ``topic``/``partition``, or
+    for the unreadable record batch from ``offset`` to ``last_offset`` (inclusive): derived
+    from where it sits in the log, so a replay dead-letters it under the same id.
+
+    >>> dead_letter_id("fhr.events", 0, 7)
+    '4ed26514a3c4a0d5780040f1eeaa8874'
+    >>> dead_letter_id("fhr.events", 0, 7, 9) != dead_letter_id("fhr.events", 0, 7)
+    True
+    """
+    parts = ("deadletter", topic, str(partition), str(offset))
+    return derive_id(*parts) if last_offset is None else derive_id(*parts, str(last_offset))

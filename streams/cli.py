@@ -51,7 +51,7 @@ class JsonFormatter(logging.Formatter):
                                "logger": record.name, "msg": record.getMessage()}
         for key in ("partitions", "bootstrap", "port", "topics", "offset", "error_type",
                     "generation", "records", "bytes", "deltas", "seconds", "worker",
-                    "exit_code", "repeated"):
+                    "exit_code", "repeated", "last_offset", "reason"):
             if hasattr(record, key):
                 out[key] = getattr(record, key)
         if record.exc_info:

@@ -7,6 +7,7 @@ their values. :func:`encode_event` is its inverse, for the simulator and tests.
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,12 +34,25 @@ BlockReason = Literal["ae_active", "care_override", "crisis", "high_resonance_no
 
 MAX_TEXT = 500
 
-#: Every reason code a dead letter can carry: why a record did not decode, or
-#: ``processing_error`` for one that decoded but whose processing raised.
+
+
+class BatchFault(enum.Enum):
+    """Why a whole record batch could not be read (``streams.batches``): its dead letter's
+    reason code."""
+
+    CRC_MISMATCH = "batch_crc_mismatch"
+    CODEC_UNSUPPORTED = "batch_codec_unsupported"
+    CORRUPT = "batch_corrupt"
+
+
+#: Every reason code a dead letter can carry: why a record did not decode,
+#: ``processing_error`` for one that decoded but whose processing raised, or why the
+#: record batch that held it could not be read.
 REJECTION_REASONS = (
     "invalid_json", "too_deep", "unknown_schema", "unknown_event_type", "unknown_field",
     "missing_field", "wrong_type", "out_of_range", "invalid_value", "invalid_timestamp",
-    "raw_content_rejected", "key_mismatch", "processing_error")
+    "raw_content_rejected", "key_mismatch", "processing_error",
+    *(f.value for f in BatchFault))
 
 
 class _Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="event_type",

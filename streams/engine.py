@@ -35,7 +35,7 @@ from typing import Protocol
 from prometheus_client import Counter, Histogram
 
 from baselines.store import BaselineStore, BatchWrite
-from drift.baseline import UserBaselines, derive_id
+from drift.baseline import UserBaselines
 from drift.erasure import expiry_due, operator_erase, receipt
 from drift.evolve import fast_init
 from drift.fold import Step, initial, may_erase, step, summarize, sweep
@@ -62,6 +62,7 @@ from drift.outputs import (
     Response,
     SessionSummary,
     Violation,
+    dead_letter_id,
 )
 from drift.state import UserState
 from streams import topics
@@ -326,11 +327,32 @@ class Engine:
     def _dead_letter(self, record: InputRecord, rejection: Rejection, batch: PendingBatch) -> None:
         self._count(self.metrics.rejections, rejection.reason)
         letter = DeadLetter(
-            derive_id("deadletter", topics.INPUT, str(record.partition), str(record.offset)),
+            dead_letter_id(topics.INPUT, record.partition, record.offset),
             rejection.reason, topics.INPUT, record.partition, record.offset,
             rejection.event_id, rejection.fields)
         batch.messages.append(OutMessage(topics.DEADLETTER, record.key or b"", encode(letter),
                                          record.partition))
+
+    def unreadable(self, partition: int, first_offset: int, last_offset: int, reason: str
+                   ) -> PendingBatch:
+        """A record batch of ``partition`` that could not be read (offsets inclusive): one
+        dead letter naming its range, and the partition goes on after it. A batch already
+        passed (a replay after a crash) changes nothing."""
+        batch = PendingBatch()
+        if last_offset < self.next_offsets.get(partition, 0):
+            return batch
+        self.next_offsets[partition] = self.pending.offsets[partition] = last_offset + 1
+        self._count(self.metrics.rejections, reason)
+        self._count(self.metrics.unreadable_batches, reason)
+        log.warning("a record batch could not be read; dead-lettered and skipped",
+                    extra={"partitions": [partition], "offset": first_offset,
+                           "last_offset": last_offset, "reason": reason})
+        letter = DeadLetter(dead_letter_id(topics.INPUT, partition, first_offset, last_offset),
+                            reason, topics.INPUT, partition, first_offset, None, (),
+                            last_offset)
+        batch.messages.append(OutMessage(topics.DEADLETTER, b"", encode(letter), partition))
+        self._flush_counts()
+        return batch
 
     def _stage_states(self, batch: PendingBatch, touched: dict[str, int]) -> None:
         for user_id, partition in touched.items():

@@ -25,7 +25,7 @@ from drift.outputs import (
     ReattuneOutcome,
     Rule,
 )
-from streams.codec import REJECTION_REASONS, BlockReason, MemoryClass
+from streams.codec import REJECTION_REASONS, BatchFault, BlockReason, MemoryClass
 from streams.topics import OUTPUT_TOPICS
 
 SCORE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
@@ -45,6 +45,7 @@ def _values(members: Iterable[enum.Enum]) -> tuple[str, ...]:
 LABEL_VALUES: dict[str, dict[str, tuple[str, ...]]] = {
     "events": {"event_type": tuple(EVENT_TYPES.values())},
     "rejections": {"reason": REJECTION_REASONS},
+    "unreadable_batches": {"reason": _values(BatchFault)},
     "scores": {"tier": tuple(t.label for t in Tier)},
     "drift_component": {"component": _values(Component)},
     "responses": {"action": _values(Action)},
@@ -66,6 +67,7 @@ class Metrics:
 
     events: Counter
     rejections: Counter
+    unreadable_batches: Counter
     scores: Counter
     drift_score: Histogram
     drift_component: Histogram
@@ -159,6 +161,11 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
             ["event_type"], registry=r),
         rejections=Counter(
             "continuity_rejections", "Records rejected to the dead-letter topic, by reason code",
+            ["reason"], registry=r),
+        unreadable_batches=Counter(
+            "continuity_unreadable_batches",
+            "Input record batches that could not be read (CRC, codec, corrupt bytes), each "
+            "dead-lettered with its offset range and skipped, by reason code",
             ["reason"], registry=r),
         scores=Counter(
             "continuity_scores", "Drift scores computed, by tier", ["tier"], registry=r),

@@ -39,6 +39,9 @@ class Settings:
     log_level: str = "warning"
     history_versions: int = 8
     history_sessions: int = 64
+    compression: str = "lz4"
+    """The codec of every batch the worker produces (outputs and changelog): one of
+    :data:`CODECS`."""
     drift: DriftConfig = field(default_factory=DriftConfig)
 
     @property
@@ -57,7 +60,10 @@ _SIMPLE = {"broker": str, "data_dir": Path, "web_port": int, "web_host": str,
            "partitions": int, "review_token": str, "batch_max": int, "batch_within_s": float,
            "fetch_wait_s": float, "checkpoint_interval_s": float, "timer_interval_s": float, "session_timeout_s": float,
            "heartbeat_interval_s": float, "rebalance_timeout_s": float, "log_level": str,
-           "history_versions": int, "history_sessions": int}
+           "history_versions": int, "history_sessions": int, "compression": str}
+
+#: The codecs Kafka defines, as the worker's ``compression`` setting names them.
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 def _coerce(name: str, kind: type, raw: Any) -> Any:
@@ -104,4 +110,7 @@ def load_settings(config_file: Path | None, overrides: dict[str, Any]) -> Settin
             values[name] = env
     values.update({k: v for k, v in overrides.items() if v is not None})
     typed = {k: _coerce(k, _SIMPLE[k], v) for k, v in values.items()}
+    if typed.get("compression", "lz4") not in CODECS:
+        raise SettingsError(f"setting 'compression': {typed['compression']!r} is not a codec; "
+                            f"use one of {', '.join(CODECS)}")
     return Settings(**typed, drift=drift_config(drift_values))

@@ -69,6 +69,9 @@ class DeadLetter:
     offset: int
     event_id: str | None
     fields: tuple[str, ...]
+    last_offset: int | None = None
+    """For a record batch that could not be read: the last offset it held (``offset`` is
+    its first)."""
 
 
 def _envelope(output_id: str, user_id: str, session_id: str | None, ts_s: float
@@ -195,8 +198,10 @@ def payload(out: Output) -> dict[str, Any]:
 
 
 def dead_letter_payload(d: DeadLetter) -> dict[str, Any]:
-    return {"schema": SCHEMA, "id": d.id, "reason": d.reason,
-            "source": {"topic": d.topic, "partition": d.partition, "offset": d.offset},
+    source: dict[str, Any] = {"topic": d.topic, "partition": d.partition, "offset": d.offset}
+    if d.last_offset is not None:
+        source["last_offset"] = d.last_offset
+    return {"schema": SCHEMA, "id": d.id, "reason": d.reason, "source": source,
             "event_id": d.event_id, "fields": list(d.fields)}
 
 

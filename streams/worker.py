@@ -18,20 +18,23 @@ import gc
 import logging
 import os
 import signal
+import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, NoReturn, TypeVar
 
 import kafka.errors
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import CorruptRecordException, KafkaError, UnsupportedCodecError
 from prometheus_client import CollectorRegistry
 
 from baselines.store import BaselineStore, BatchWrite, Retention
 from drift.outputs import ErasureReceipt, SessionSummary
 from streams import topics
+from streams.batches import FETCH_BYTES, fetch_raw, read_batches
 from streams.changelog import Changelog
 from streams.engine import Engine, InputRecord, OutMessage, PendingBatch
 from streams.http import make_app
@@ -46,6 +49,11 @@ EXIT_REPLAY = 70
 #: Faults of the broker or the network, not of a record or the store: the worker waits them
 #: out (degraded) and tries again; anything else still ends the process.
 BROKER_FAULTS = (KafkaError, kafka.errors.KafkaError, OSError, TimeoutError)
+#: What ``getmany`` raises when a record batch of the input cannot be read (a CRC mismatch,
+#: a codec it lacks, bytes that do not decompress or parse): the worker then reads its
+#: partitions by hand to find the batch (:meth:`Worker._skip_unreadable`).
+UNREADABLE = (CorruptRecordException, UnsupportedCodecError, ValueError, struct.error,
+              IndexError, EOFError)
 #: How often the worker asks the broker for metadata to tell whether it is reachable.
 PROBE_INTERVAL_S = 2.0
 RETRY_MAX_S = 5.0
@@ -130,6 +138,7 @@ class Worker:
         self.input_partitions = 0
         self.broker_ok = True
         self._waiting_on: str | None = None
+        self._raw_client: AIOKafkaClient | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -145,14 +154,16 @@ class Worker:
         s = self.settings
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap, acks="all", linger_ms=2,
-            enable_idempotence=False, client_id=f"{s.app_id}-producer")
+            enable_idempotence=False, client_id=f"{s.app_id}-producer",
+            compression_type=None if s.compression == "none" else s.compression)
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap, group_id=s.app_id, client_id=s.app_id,
             enable_auto_commit=False, auto_offset_reset="earliest",
             session_timeout_ms=int(s.session_timeout_s * 1000),
             heartbeat_interval_ms=int(s.heartbeat_interval_s * 1000),
             rebalance_timeout_ms=int(s.rebalance_timeout_s * 1000),
-            fetch_max_wait_ms=int(s.fetch_wait_s * 1000), max_poll_records=s.batch_max)
+            fetch_max_wait_ms=int(s.fetch_wait_s * 1000), max_poll_records=s.batch_max,
+            max_partition_fetch_bytes=FETCH_BYTES)
         try:
             await self.producer.start()
             self.changelog = Changelog(self.bootstrap, s.app_id, self.producer, topics.INPUT,
@@ -178,6 +189,8 @@ class Worker:
                 self.changelog.close()
             if self.owners is not None:
                 await self.owners.stop()
+            if self._raw_client is not None:
+                await self._raw_client.close()
             await runner.cleanup()
             self.store.close()
 
@@ -186,14 +199,19 @@ class Worker:
         assert consumer is not None
         s = self.settings
         while not self.stopping.is_set():
-            fetched = await consumer.getmany(timeout_ms=int(s.batch_within_s * 1000),
-                                             max_records=s.batch_max)
+            try:
+                fetched = await consumer.getmany(timeout_ms=int(s.batch_within_s * 1000),
+                                                 max_records=s.batch_max)
+            except UNREADABLE as exc:
+                async with self.lock:
+                    await self._guarded(self._skip_unreadable(exc))
+                continue
             records = [m for msgs in fetched.values() for m in msgs]
             async with self.lock:
                 await self._guarded(self._step(records))
             self.processing = True
 
-    async def _step(self, records: list[InputRecord]) -> None:
+    async def _step(self, records: Sequence[InputRecord]) -> None:
         if records:
             self._since_checkpoint += len(records)
             decoded = self.engine.decode(records)
@@ -216,6 +234,38 @@ class Worker:
         due = clock - self._last_checkpoint >= self.settings.checkpoint_interval_s
         if self._erased or (due and (self._inflight is None or self._inflight.done())):
             await self._checkpoint(wait=False)  # due while one is in flight: when it lands
+
+    async def _skip_unreadable(self, error: BaseException) -> None:
+        """``getmany`` met a record batch it cannot read: fetch each owned partition by hand
+        from the offset processed to, process the records before its first unreadable
+        batch, dead-letter that batch by its offsets, and seek every partition to where the
+        engine stands (the failed call may have moved other partitions past records it
+        never returned). If no partition holds such a batch, the error was something else,
+        and it is raised."""
+        consumer = self.consumer
+        assert consumer is not None
+        if self._raw_client is None:
+            self._raw_client = AIOKafkaClient(bootstrap_servers=self.bootstrap,
+                                              client_id=f"{self.settings.app_id}-reader")
+            await self._until_done("reading a batch by hand", self._raw_client.bootstrap)
+        client = self._raw_client
+        found = False
+        for p in sorted(self.engine.partitions):
+            start = self.engine.next_offsets.get(p, 0)
+            raw = await self._until_done("reading a batch by hand", partial(
+                fetch_raw, client, topics.INPUT, p, start))
+            walked = read_batches(raw, p, start)
+            if walked.unreadable is None:
+                continue
+            found = True
+            await self._step(walked.records)
+            bad = walked.unreadable
+            await self._publish(self.engine.unreadable(p, bad.first_offset, bad.last_offset,
+                                                       bad.fault.value))
+        for p in self.engine.partitions:
+            consumer.seek(TopicPartition(topics.INPUT, p), self.engine.next_offsets.get(p, 0))
+        if not found:
+            raise error
 
     async def _guarded(self, work: Awaitable[Any]) -> Any:
         """Run ``work``; on any failure exit before a checkpoint can cover it."""

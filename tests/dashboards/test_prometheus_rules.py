@@ -29,6 +29,7 @@ REQUIRED_ALERTS = {
     "ContinuityEscalationPublished",  # escalations
     "ContinuityGovernanceViolation",  # any governance violation
     "ContinuityDeadLetterRate",       # dead letters
+    "ContinuityUnreadableBatch",      # a record batch no reader can read, skipped
     "ContinuityConsumerLagHigh",      # consumer lag
     "ContinuityWorkerDown",           # worker down: up == 0
     "ContinuityWorkerAbsent",         # worker down: no target at all

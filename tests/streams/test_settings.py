@@ -1,0 +1,23 @@
+"""Worker settings: the codec of what the worker produces."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.settings import CODECS, SettingsError, load_settings
+
+
+def test_the_worker_compresses_with_lz4_unless_told_otherwise(tmp_path, monkeypatch):
+    monkeypatch.delenv("CONTINUITY_COMPRESSION", raising=False)
+    assert load_settings(None, {}).compression == "lz4"
+    config = tmp_path / "w.toml"
+    for codec in CODECS:
+        config.write_text(f'[worker]\ncompression = "{codec}"\n')
+        assert load_settings(config, {}).compression == codec
+
+
+def test_a_codec_kafka_does_not_define_is_refused_with_the_ones_it_does(tmp_path):
+    config = tmp_path / "w.toml"
+    config.write_text('[worker]\ncompression = "brotli"\n')
+    with pytest.raises(SettingsError, match="none, gzip, snappy, lz4, zstd"):
+        load_settings(config, {})
