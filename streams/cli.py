@@ -21,7 +21,7 @@ from baselines.store import BaselineStore, StoreUnavailable
 from drift.simulation import Scenario
 from streams import topics
 from streams.broker import BrokerStartError, EmbeddedBroker
-from streams.demo import cmd_demo
+from streams.demo.run import cmd_demo
 from streams.present import baselines_view, history_view, users_view
 from streams.settings import Settings, SettingsError, load_settings
 from streams.simulate import cmd_simulate
@@ -461,11 +461,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _deployment_report(args: argparse.Namespace) -> int:
-    """The report of every worker, from the output topics (``streams.report_build``)."""
+    """The report of every worker, from the output topics (``streams.report.build``)."""
     # Imported here: the report's plotting stack is not loaded by the other commands.
-    from streams.report import WindowError
-    from streams.report_build import STDOUT, ReportRequest, build
-    from streams.report_read import ReportSourceError
+    from streams.report.build import STDOUT, ReportRequest, build
+    from streams.report.read import ReportSourceError
+    from streams.report.window import WindowError
 
     broker = args.broker or os.environ.get("CONTINUITY_BROKER")
     if not broker:

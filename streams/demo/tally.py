@@ -19,7 +19,7 @@ import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
 from streams import topics
-from streams.demo_traffic import INJECTED
+from streams.demo.traffic import INJECTED
 from streams.metrics import LABEL_VALUES
 
 NOTABLE_KINDS = 8
