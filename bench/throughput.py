@@ -1008,7 +1008,7 @@ def read_store_sizes(path: Path) -> dict[str, Any]:
 def state_size_bound(seed: int, sessions: Sequence[int]) -> list[dict[str, Any]]:
     """Encoded size of one user's state and current baselines after n sessions, per scenario."""
     from baselines.snapshot import encode_state
-    from baselines.store import plain_values
+    from baselines.columns import plain_values
     from drift.model import DriftConfig
     from drift.replay import MemoryReplay
     from drift.simulation import Scenario, SimParams, simulate_user
@@ -1078,7 +1078,7 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
     state's figure includes the user id key and both dicts' entries.
     """
     from baselines.snapshot import decode_state, encode_state
-    from baselines.store import plain_values
+    from baselines.columns import plain_values
     from drift.baseline import AttunementBaseline, SafetyBaseline, SemanticBaseline, UserBaselines
     from drift.model import DriftConfig
     from drift.replay import MemoryReplay

@@ -1,7 +1,7 @@
 """What the outputs say about one user, as both of the report's aggregates read it.
 
 Who is shown on their own (:func:`shown_individually`): a user appears, under
-``baselines.store.user_ref`` and never under their id, only when the outputs
+``baselines.erasure.user_ref`` and never under their id, only when the outputs
 show them in a baselining mode: their latest evidence of a mode is a
 ``continuity_drift`` score with ``mode`` light or full (the only output that
 names the mode), not a later ``relational_write_mode_forbidden`` violation

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from baselines.store import user_ref
+from baselines.erasure import user_ref
 from drift.outputs import Action, ErasureOutcome, Rule
 from streams.report.evidence import (
     TIER_RANK,

@@ -3,7 +3,7 @@
 :func:`user_report` gathers one user's outputs in a range: scores over sessions,
 holds, model changes and re-attunement, violations, escalations and erasure
 receipts, and the baseline versions the review API gave (without values). The
-user is named by ``baselines.store.user_ref`` only; sessions by their order in
+user is named by ``baselines.erasure.user_ref`` only; sessions by their order in
 the range, never their ids; events, requests and commitments not at all (their
 ids are chosen upstream and may embed a user id). A user the outputs do not show
 in a baselining mode (:func:`streams.report.evidence.shown_individually`) gets a page
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from baselines.store import user_ref
+from baselines.erasure import user_ref
 from drift.outputs import Action
 from streams.report.evidence import TIER_RANK, Driver, holds_at, shown_individually
 from streams.report.messages import BaselineHistory, DriftScoreMsg, Outputs

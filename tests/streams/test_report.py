@@ -10,7 +10,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from baselines.store import user_ref
+from baselines.erasure import user_ref
 from drift.baseline import UserBaselines
 from drift.erasure import receipt
 from drift.fold import initial, step
