@@ -39,11 +39,13 @@ from typing import Any
 
 import numpy as np
 
+# Run as a script (python bench/report.py): the tree's root goes on sys.path before any
+# import of the tree. Every script needs these lines before its imports, so each keeps them.
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.throughput import partition_of
+from bench.harness import partition_of
 from drift.model import BaselineKind, DriftConfig
 from drift.outputs import ErasureOutcome, ErasureReceipt, ErasureTarget
 from drift.replay import replay
