@@ -164,27 +164,25 @@ class BaselineStore:
         return {int(p): int(o) for p, o in rows}
 
     def load_states(self, partitions: Iterable[int]) -> dict[str, UserState]:
-        parts = list(partitions)
-        if not parts:
-            return {}
-        with self._lock:
-            rows = self._con.execute(
-                "SELECT user_id, state FROM user_state WHERE partition IN "
-                f"({', '.join('?' * len(parts))})", parts).fetchall()
+        rows = self._of_partitions("SELECT user_id, state FROM user_state", partitions)
         return {user_id: decode_state(state) for user_id, state in rows}
 
     def load_baselines(self, partitions: Iterable[int]) -> dict[str, UserBaselines]:
         """The latest version of each kind for every user of ``partitions``."""
+        return by_user(self._of_partitions(
+            f"SELECT {BASELINE_COLUMNS} FROM baseline_versions", partitions,
+            "QUALIFY row_number() OVER (PARTITION BY user_id, kind ORDER BY version DESC) = 1"))
+
+    def _of_partitions(self, select: str, partitions: Iterable[int],
+                       then: str = "") -> list[Any]:
+        """The rows of ``select`` (then ``then``) in ``partitions``; none for no partition."""
         parts = list(partitions)
         if not parts:
-            return {}
+            return []
         with self._lock:
-            rows = self._con.execute(
-                f"SELECT {BASELINE_COLUMNS} FROM baseline_versions "
-                f"WHERE partition IN ({', '.join('?' * len(parts))}) "
-                "QUALIFY row_number() OVER (PARTITION BY user_id, kind ORDER BY version DESC) = 1",
+            return self._con.execute(
+                f"{select} WHERE partition IN ({', '.join('?' * len(parts))}) {then}",
                 parts).fetchall()
-        return by_user(rows)
 
     def user_baselines(self, user_id: str) -> UserBaselines:
         with self._lock:

@@ -29,6 +29,8 @@ examples:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command, with its help and examples."""
+    # Each command's flags are spelled out in full: some look alike (--users, --seed,
+    # --broker) but their defaults and help differ by command.
     parser = argparse.ArgumentParser(
         prog="continuity-drift",
         description="Continuity drift governance: scores FHR telemetry for continuity drift, "

@@ -23,6 +23,9 @@ time (:func:`holds_at`) and what drove a score (:class:`Driver`).
 (True, ('safety',))
 """
 
+# The example replays the simulated user that the overview's does: each module's example
+# runs on its own, as its reader meets it.
+
 from __future__ import annotations
 
 from collections import defaultdict

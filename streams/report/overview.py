@@ -76,6 +76,7 @@ class Distribution:
                             round(float(p95), 4))
 
 
+# The parts of the overview, each a frozen class: the JSON twin is their fields, by name.
 @dataclass(frozen=True, slots=True)
 class ReviewRow:
     """One user most in need of review, under their pseudonymous reference.
