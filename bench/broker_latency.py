@@ -31,11 +31,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Run as a script (python bench/broker_latency.py): the tree's root goes on sys.path before any
+# import of the tree. Every script needs these lines before its imports, so each keeps them.
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import throughput as tp
+from bench import harness
 from streams import topics
 from streams.broker import EmbeddedBroker
 from streams.settings import Settings
@@ -87,7 +89,7 @@ asyncio.run(main())
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:
-    got = tp.percentiles(values, (50, 99))
+    got = harness.percentiles(values, (50, 99))
     return {"p50": got["p50"], "p99": got["p99"], "max": max(values, default=float("nan"))}
 
 
@@ -118,7 +120,7 @@ def measure(bootstrap: str, tmp: Path, records: list[tuple[bytes, bytes, str]],
          str(int(settings.fetch_wait_s * 1000)), str(settings.batch_max),
          str(int(settings.batch_within_s * 1000)), str(duration + 60),
          ",".join(f"{p}:{o}" for p, o in sorted(start.items())), topic],
-        cwd=ROOT, env=tp.clean_env(), stderr=subprocess.PIPE)
+        cwd=ROOT, env=harness.clean_env(), stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
         while not ready.exists():
@@ -127,11 +129,11 @@ def measure(bootstrap: str, tmp: Path, records: list[tuple[bytes, bytes, str]],
                                    if proc.stderr else "the plain consumer did not start")
             time.sleep(0.05)
         acks: list[float] = []
-        sent, secs = asyncio.run(tp._produce(bootstrap, records, partitions, rate, acks,
+        sent, secs = asyncio.run(harness.produce_async(bootstrap, records, partitions, rate, acks,
                                              topic))
         proc.wait(timeout=duration + 90)
     finally:
-        tp.stop_process(proc, timeout_s=10)
+        harness.stop_process(proc, timeout_s=10)
     if not out.exists():
         raise RuntimeError(f"the plain consumer exited with {proc.returncode} and no figures")
     got = json.loads(out.read_text())
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=15.0,
                         help="seconds of each offer (default %(default)s)")
     parser.add_argument("--users", type=int, default=240)
-    parser.add_argument("--partitions", type=int, default=tp.PARTITIONS)
+    parser.add_argument("--partitions", type=int, default=harness.PARTITIONS)
     parser.add_argument("--step", type=float, default=2.0,
                         help="seconds per row of the timeline (default %(default)s)")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
@@ -182,27 +184,27 @@ def main(argv: list[str] | None = None) -> int:
     command = "python bench/broker_latency.py"
     for flag, value, default in (
             ("--rate", args.rate, "1000,5000,10000"), ("--duration", args.duration, 15.0),
-            ("--users", args.users, 240), ("--partitions", args.partitions, tp.PARTITIONS),
+            ("--users", args.users, 240), ("--partitions", args.partitions, harness.PARTITIONS),
             ("--step", args.step, 2.0)):
         if value != default:
             command += f" {flag} {value:g}" if isinstance(value, float) \
                 else f" {flag} {shlex.quote(str(value))}"
     settings = Settings()
     counts = [int(r * args.duration) for r in rates]
-    tp.log(f"building {sum(counts)} simulated events for {args.users} users")
-    stream = tp.build_stream(sum(counts), args.users, tp.DEFAULT_SEED)
+    harness.log(f"building {sum(counts)} simulated events for {args.users} users")
+    stream = harness.build_stream(sum(counts), args.users, harness.DEFAULT_SEED)
     runs = []
     with tempfile.TemporaryDirectory(prefix="continuity-floor-") as name, \
             EmbeddedBroker() as broker:
         topics.create_topics(broker.bootstrap, args.partitions)
         begin = 0
         for rate, count in zip(rates, counts, strict=True):
-            tp.log(f"{count} records offered at {rate:.0f}/s to a plain consumer")
+            harness.log(f"{count} records offered at {rate:.0f}/s to a plain consumer")
             # the log holds exactly the earlier offers
-            start = tp.offsets_after(stream.records[:begin], args.partitions)
+            start = harness.offsets_after(stream.records[:begin], args.partitions)
             runs.append(measure(broker.bootstrap, Path(name), stream.records[begin:begin + count],
                                 start, rate, args.partitions, settings, args.step))
-            tp.log(f"    p99 {runs[-1]['latency_ms']['p99']:.0f} ms")
+            harness.log(f"    p99 {runs[-1]['latency_ms']['p99']:.0f} ms")
             begin += count
     import aiokafka
 

@@ -34,6 +34,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+# Run as a script (python bench/engine_split.py): the tree's root goes on sys.path before any
+# import of the tree. Every script needs these lines before its imports, so each keeps them.
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -94,8 +96,8 @@ def install(timers: Timers) -> None:
 def run(records: int, users: int, seed: int) -> tuple[Timers, float, float, int]:
     """Put the stream through a real engine on a DuckDB file; returns the timers, the
     checkpoint writes' seconds, the whole loop's seconds and the number of records."""
+    from bench.harness import build_stream
     from bench.instructions import input_records, through_engine
-    from bench.throughput import build_stream
 
     stream = build_stream(records, users, seed, start=1.8e9)
     recs = input_records([(key, value) for key, value, _ in stream.records])

@@ -119,7 +119,7 @@ def build(path: Path, records: int, users: int, seed: int) -> None:
     """The simulated stream, as (key, value) pairs, pickled to ``path``."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from bench.throughput import build_stream
+    from bench.harness import build_stream
 
     stream = build_stream(records, users, seed, start=1.8e9)
     with path.open("wb") as f:

@@ -1,4 +1,5 @@
-"""Proportions with Wilson 95% intervals, shared by the benchmarks."""
+"""Proportions with Wilson 95% intervals, and the checks of them against their goals, shared
+by the benchmarks."""
 
 from __future__ import annotations
 
@@ -52,3 +53,12 @@ class Rate:
     def as_dict(self) -> dict[str, Any]:
         lo, hi = self.ci
         return {"k": self.k, "n": self.n, "rate": self.value, "ci95": [lo, hi]}
+
+
+@dataclass(frozen=True)
+class Check:
+    """A figure held against its goal: whether it passed, and what was measured."""
+
+    name: str
+    passed: bool
+    detail: str

@@ -44,11 +44,13 @@ from typing import Any
 
 import numpy as np
 
+# Run as a script (python bench/reattunement.py): the tree's root goes on sys.path before any
+# import of the tree. Every script needs these lines before its imports, so each keeps them.
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.rates import Rate
+from bench.rates import Check, Rate
 from drift.model import DriftConfig, Mode
 from drift.outputs import Output, OutputKind
 from drift.replay import MemoryReplay
@@ -177,20 +179,20 @@ class ModeFigures:
     """Everything measured for one mode."""
 
     mode: str
-    healthy_completed: Rate = Rate(0, 0)
-    collapsed_failed: Rate = Rate(0, 0)
-    undisclosed_violated: Rate = Rate(0, 0)
-    undisclosed_exactly_one: Rate = Rate(0, 0)
-    disclosed_false_violations: Rate = Rate(0, 0)
-    unchanged_false_violations: Rate = Rate(0, 0)
-    unchanged_false_notices: Rate = Rate(0, 0)
-    streak_exactly_one: Rate = Rate(0, 0)
-    streak_two_or_more: Rate = Rate(0, 0)
+    healthy_completed: Rate = field(default_factory=lambda: Rate(0, 0))
+    collapsed_failed: Rate = field(default_factory=lambda: Rate(0, 0))
+    undisclosed_violated: Rate = field(default_factory=lambda: Rate(0, 0))
+    undisclosed_exactly_one: Rate = field(default_factory=lambda: Rate(0, 0))
+    disclosed_false_violations: Rate = field(default_factory=lambda: Rate(0, 0))
+    unchanged_false_violations: Rate = field(default_factory=lambda: Rate(0, 0))
+    unchanged_false_notices: Rate = field(default_factory=lambda: Rate(0, 0))
+    streak_exactly_one: Rate = field(default_factory=lambda: Rate(0, 0))
+    streak_two_or_more: Rate = field(default_factory=lambda: Rate(0, 0))
     escalation_position: dict[int, int] = field(default_factory=dict)
     escalations_outside_streaks: int = 0
-    rule_conformance: Rate = Rate(0, 0)
-    control_escalated_users: Rate = Rate(0, 0)
-    control_low: Rate = Rate(0, 0)
+    rule_conformance: Rate = field(default_factory=lambda: Rate(0, 0))
+    control_escalated_users: Rate = field(default_factory=lambda: Rate(0, 0))
+    control_low: Rate = field(default_factory=lambda: Rate(0, 0))
     ttb: dict[str, dict[str, int]] = field(default_factory=dict)
     quality: dict[str, dict[str, float]] = field(default_factory=dict)
     outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -287,13 +289,6 @@ def figures_for(mode: Mode, users: Sequence[UserRecord], config: DriftConfig) ->
 
 
 # --------------------------------------------------------------------------- checks
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    passed: bool
-    detail: str
 
 
 def checks(figures: Sequence[ModeFigures]) -> list[Check]:

@@ -9,7 +9,7 @@
    and ``--dead-letters`` of the events a dead letter, both in the same week;
 2. produce: every output onto its topic of a fresh embedded broker (Tansu, memory storage,
    loopback only), keyed by user id, in per-partition batches;
-3. report, measured twice on the same topics: in process (``streams.report_build.build``:
+3. report, measured twice on the same topics: in process (``streams.report.build.build``:
    read every output topic up to its high watermark, aggregate, render the HTML page and
    its JSON twin, with the time of each step), and as a person runs it
    (``continuity-drift report --broker ... --html ... --json ...`` in a subprocess, wall
@@ -39,11 +39,13 @@ from typing import Any
 
 import numpy as np
 
+# Run as a script (python bench/report.py): the tree's root goes on sys.path before any
+# import of the tree. Every script needs these lines before its imports, so each keeps them.
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.throughput import partition_of
+from bench.harness import partition_of
 from drift.model import BaselineKind, DriftConfig
 from drift.outputs import ErasureOutcome, ErasureReceipt, ErasureTarget
 from drift.replay import replay
@@ -51,7 +53,7 @@ from drift.simulation import Scenario, SimParams, simulate_user
 from streams import topics
 from streams.broker import EmbeddedBroker
 from streams.codec import REJECTION_REASONS
-from streams.report_build import ReportRequest, build
+from streams.report.build import ReportRequest, build
 from streams.wire import DeadLetter, encode
 
 DEFAULT_EVENTS = 1_000_000

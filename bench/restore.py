@@ -38,7 +38,6 @@ import json
 import math
 import shlex
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,15 +51,20 @@ from typing import Any
 
 import numpy as np
 
+# Run as a script (python bench/restore.py): the tree's root goes on sys.path before any
+# import of the tree. Every script needs these lines before its imports, so each keeps them.
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.throughput import (
+from bench.harness import (
     WorkerRun,
     WorkerSpec,
+    git_commit,
+    log,
     metric_sum,
     partition_of,
+    positive_values,
     produce,
     stop_process,
 )
@@ -83,26 +87,6 @@ examples:
   python bench/restore.py --partitions 4 --users 1000   # 4 partitions, one row per partition
   python bench/restore.py --users 5000 --no-history --work-dir /tmp/restore-logs
 """
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def git_commit() -> str:
-    """Short commit of the working tree, with a note when it has uncommitted changes."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                              capture_output=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=ROOT, text=True, capture_output=True,
-                               check=True).stdout.splitlines()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    if dirty:
-        files = ", ".join(line[3:] for line in dirty[:6]) + (", ..." if len(dirty) > 6 else "")
-        return f"{head} + uncommitted changes to {len(dirty)} tracked file(s) ({files})"
-    return head
 
 
 # --------------------------------------------------------------------------- events
@@ -483,13 +467,7 @@ def report(results: Sequence[SizeResult], command: str, commit: str, elapsed: fl
 
 
 def _counts(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected counts like 1000,5000: {text!r}") from exc
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(f"expected positive counts: {text!r}")
-    return values
+    return positive_values(text, int, "counts", "1000,5000")
 
 
 def _terminate(signum: int, frame: Any) -> None:

@@ -3,7 +3,7 @@
 On one embedded broker (Tansu, memory storage, loopback only):
 
 1. build ``--events`` simulated events of ``--users`` users of every scenario, merged by event
-   time (``bench.throughput.build_stream``), and compute in process, with the pure replay
+   time (``bench.harness.build_stream``), and compute in process, with the pure replay
    (``drift.replay.MemoryReplay`` on the same records decoded as the worker decodes them),
    every output the service must publish: its id, topic, cause and exact bytes
    (``streams.wire.encode``);
@@ -38,37 +38,41 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import itertools
 import json
 import math
 import os
 import shlex
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.error
-import urllib.request
-import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 
+# Run as a script (python bench/soak.py): the tree's root goes on sys.path before any
+# import of the tree. Every script needs these lines before its imports, so each keeps them.
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.restore import git_commit
-from bench.throughput import build_stream, clean_env, partition_of
+from bench.harness import build_stream, git_commit, log
+from bench.soak_expected import Expected, compute_expected, scenario_of, timer_outputs
+from bench.soak_kafka import Collector, PacedProducer, read_input
+from bench.soak_workers import (
+    Kill,
+    Supervisor,
+    free_port_block,
+    owners,
+    ready,
+    scan_log,
+    workers_now,
+)
 from streams import topics
 from streams.broker import EmbeddedBroker
 
@@ -77,7 +81,6 @@ DEFAULTS: dict[str, Any] = {"events": 1_000_000, "users": 2000, "rate": 5000.0,
 QUICK: dict[str, Any] = {"events": 50_000, "users": 240, "rate": 1000.0, "kill_every": 20.0,
                          "drain_timeout": 180.0}
 DEFAULT_SEED = 20261208
-MARKER_PREFIX = "bench-soak-marker-"
 
 EXAMPLES = """\
 examples:
@@ -86,548 +89,6 @@ examples:
   python bench/soak.py --events 300000 --rate 3000 --kill-every 30 --json /tmp/soak.json
   python bench/soak.py --quick --work-dir /tmp/soak-logs   # keep the broker and worker logs
 """
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def digest(value: bytes) -> bytes:
-    return hashlib.blake2b(value, digest_size=12).digest()
-
-
-def scenario_of(user_id: str | None) -> str:
-    """The simulator names users ``<scenario>-<nnnn>``."""
-    if not user_id:
-        return "?"
-    return user_id.rsplit("-", 1)[0]
-
-
-# --------------------------------------------------------------------------- expected
-
-
-@dataclass
-class Expected:
-    outputs: dict[str, tuple[str, str | None, str, bytes]]  # id -> (topic, cause, user, digest)
-    by_topic: Counter[str]
-    events: int
-    rejected: int
-    replay: Any  # the MemoryReplay at the end of the stream
-    partition_last_ts: dict[int, float]
-    user_partition: dict[str, int]
-    seconds: float
-
-
-def _cause(out: Any) -> str | None:
-    for name in ("source_event_id", "cause_event_id", "event_id"):
-        value = getattr(out, name, None)
-        if value:
-            return str(value)
-    return None
-
-
-def compute_expected(records: Sequence[tuple[bytes, bytes, str]], partitions: int
-                     ) -> Expected:
-    """Every output of the pure replay of ``records``, decoded as the worker decodes them."""
-    from drift.model import DriftConfig, FhrEvent
-    from drift.replay import MemoryReplay
-    from streams.codec import decode_event
-    from streams.wire import encode
-
-    started = time.monotonic()
-    replay = MemoryReplay(DriftConfig())
-    outputs: dict[str, tuple[str, str | None, str, bytes]] = {}
-    by_topic: Counter[str] = Counter()
-    rejected = 0
-    last_ts: dict[int, float] = {}
-    user_partition: dict[str, int] = {}
-    total = len(records)
-    step = max(50_000, total // 10)
-    for i, (key, value, _) in enumerate(records):
-        event = decode_event(key, value)
-        if not isinstance(event, FhrEvent):
-            rejected += 1
-            continue
-        p = user_partition.get(event.user_id)
-        if p is None:
-            p = user_partition[event.user_id] = partition_of(key, partitions)
-        if event.ts_s > last_ts.get(p, 0.0):
-            last_ts[p] = event.ts_s
-        for out in replay.feed(event):
-            topic = topics.OUTPUT_TOPICS[out.kind]
-            if out.id in outputs:  # an id the replay repeats: keep the first, say so
-                by_topic["(repeated id in the replay)"] += 1
-                continue
-            outputs[out.id] = (topic, _cause(out), out.user_id, digest(encode(out)))
-            by_topic[topic] += 1
-        if (i + 1) % step == 0:
-            log(f"  replay: {i + 1:,} / {total:,} events, {len(outputs):,} outputs "
-                f"({time.monotonic() - started:.0f}s)")
-    return Expected(outputs, by_topic, total - rejected, rejected, replay, last_ts,
-                    user_partition, time.monotonic() - started)
-
-
-def timer_outputs(expected: Expected, wall_s: float) -> dict[str, tuple[str, str | None, str]]:
-    """What a worker's timer may add after the stream: idle closes and expiries due by each
-    partition's last event time plus ``wall_s`` (an upper bound of the wall time since)."""
-    from drift.baseline import UserBaselines
-    from drift.fold import sweep
-
-    replay = expected.replay
-    out: dict[str, tuple[str, str | None, str]] = {}
-    for user_id, state in replay.states.items():
-        p = expected.user_partition.get(user_id, 0)
-        now_s = expected.partition_last_ts.get(p, 0.0) + wall_s
-        result = sweep(state, replay.baselines.get(user_id, UserBaselines()), now_s,
-                       replay.config)
-        for o in result.effects.outputs:
-            out[o.id] = (topics.OUTPUT_TOPICS[o.kind], _cause(o), o.user_id)
-    return out
-
-
-# --------------------------------------------------------------------------- producer
-
-
-class PacedProducer(threading.Thread):
-    """Offers the records at ``rate``/s from its own event loop; counts sends and acks."""
-
-    def __init__(self, bootstrap: str, records: Sequence[tuple[bytes, bytes, str]],
-                 partitions: int, rate: float) -> None:
-        super().__init__(name="paced-producer", daemon=True)
-        self.bootstrap, self.records, self.partitions, self.rate = (
-            bootstrap, records, partitions, rate)
-        self.sent = 0
-        self.acked = 0
-        self.acked_per_partition: Counter[int] = Counter()
-        self.failed = 0
-        self.errors: list[str] = []
-        self.max_behind = 0
-        self.started_wall = math.nan
-        self.started_at = math.nan
-        self.finished_at = math.nan
-        self.stop_flag = threading.Event()
-
-    def run(self) -> None:
-        try:
-            asyncio.run(self._run())
-        except Exception as exc:  # noqa: BLE001 - reported
-            self.errors.append(repr(exc))
-        finally:
-            self.finished_at = time.monotonic()
-
-    def _acked(self, fut: asyncio.Future[Any], part: int, n: int) -> None:
-        if fut.cancelled() or fut.exception() is not None:
-            self.failed += n
-            if len(self.errors) < 5:
-                self.errors.append(repr(fut.exception()) if not fut.cancelled() else "cancelled")
-        else:
-            self.acked += n
-            self.acked_per_partition[part] += n
-
-    async def _run(self) -> None:
-        from aiokafka import AIOKafkaProducer
-
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=0,
-                                    max_batch_size=1 << 20, max_request_size=8 << 20,
-                                    request_timeout_ms=120_000, client_id="bench-soak")
-        await producer.start()
-        futures: list[asyncio.Future[Any]] = []
-        try:
-            total = len(self.records)
-            self.started_wall = time.time()
-            self.started_at = start = time.monotonic()
-            while self.sent < total and not self.stop_flag.is_set():
-                due = min(total, int((time.monotonic() - start) * self.rate))
-                if due <= self.sent:
-                    await asyncio.sleep(0.004)
-                    continue
-                self.max_behind = max(self.max_behind, due - self.sent)
-                ts_ms = int(time.time() * 1000)
-                batches: dict[int, Any] = {}
-                counts: Counter[int] = Counter()
-                for key, value, _ in self.records[self.sent:due]:
-                    part = partition_of(key, self.partitions)
-                    batch = batches.get(part)
-                    if batch is None:
-                        batch = batches[part] = producer.create_batch()
-                    if batch.append(key=key, value=value, timestamp=ts_ms) is None:
-                        fut = await producer.send_batch(batch, topics.INPUT, partition=part)
-                        fut.add_done_callback(lambda f, p=part, n=counts[part]:
-                                              self._acked(f, p, n))
-                        futures.append(fut)
-                        batch = batches[part] = producer.create_batch()
-                        counts[part] = 0
-                        batch.append(key=key, value=value, timestamp=ts_ms)
-                    counts[part] += 1
-                for part, batch in batches.items():
-                    fut = await producer.send_batch(batch, topics.INPUT, partition=part)
-                    fut.add_done_callback(lambda f, p=part, n=counts[part]: self._acked(f, p, n))
-                    futures.append(fut)
-                self.sent = due
-                if len(futures) > 2000:
-                    futures = [f for f in futures if not f.done()]
-            await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 300)
-        finally:
-            await producer.stop()
-
-
-# --------------------------------------------------------------------------- reader
-
-
-class _Out(msgspec.Struct):
-    id: str = ""
-    user_id: str | None = None
-    source_event_id: str | None = None
-    cause_event_id: str | None = None
-    event_id: str | None = None
-    reason: str | None = None
-
-
-@dataclass
-class Seen:
-    topic: str
-    ts_ms: int
-    cause: str | None
-    user: str | None
-    digest: bytes
-    copies: int = 1
-    differing_copies: int = 0
-
-
-class Collector(threading.Thread):
-    """Reads every partition of the output topics and the dead-letter topic from offset 0."""
-
-    def __init__(self, bootstrap: str, partitions: int, expected: set[str]) -> None:
-        super().__init__(name="output-reader", daemon=True)
-        self.bootstrap, self.partitions, self.expected = bootstrap, partitions, expected
-        self.seen: dict[str, Seen] = {}
-        self.messages: Counter[str] = Counter()
-        self.found_expected = 0
-        self.deadletters: Counter[str] = Counter()
-        self.undecodable = 0
-        self.last_new = time.monotonic()
-        self.finish = threading.Event()
-        self.markers_seen = False
-        self.error: str | None = None
-        self._decode = msgspec.json.Decoder(_Out).decode
-
-    def run(self) -> None:
-        try:
-            asyncio.run(self._run())
-        except Exception as exc:  # noqa: BLE001 - reported
-            self.error = repr(exc)
-
-    def _take(self, topic: str, ts_ms: int, value: bytes | None) -> str | None:
-        """Record one message; returns the marker id if it is one of ours."""
-        try:
-            o = self._decode(value or b"")
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            self.undecodable += 1
-            return None
-        if o.id.startswith(MARKER_PREFIX):
-            return o.id
-        self.last_new = time.monotonic()
-        if topic == topics.DEADLETTER:
-            self.deadletters[o.reason or "?"] += 1
-            return None
-        self.messages[topic] += 1
-        d = digest(value or b"")
-        s = self.seen.get(o.id)
-        if s is not None:
-            s.copies += 1
-            if d != s.digest:
-                s.differing_copies += 1
-            return None
-        self.seen[o.id] = Seen(topic, ts_ms, o.source_event_id or o.cause_event_id or o.event_id,
-                               o.user_id, d)
-        if o.id in self.expected:
-            self.found_expected += 1
-        return None
-
-    async def _run(self) -> None:
-        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
-        names = [*topics.OUTPUT_TOPICS.values(), topics.DEADLETTER]
-        tps = [TopicPartition(t, p) for t in names for p in range(self.partitions)]
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", fetch_max_wait_ms=200,
-                                    client_id="bench-soak-reader")
-        await consumer.start()
-        try:
-            consumer.assign(tps)
-            await consumer.seek_to_beginning()
-            while not self.finish.is_set():
-                got = await consumer.getmany(timeout_ms=300)
-                for tp, msgs in got.items():
-                    for m in msgs:
-                        self._take(tp.topic, m.timestamp, m.value)
-            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all",
-                                        client_id="bench-soak-marker")
-            await producer.start()
-            marker = MARKER_PREFIX + uuid.uuid4().hex
-            try:
-                await asyncio.gather(*[
-                    await producer.send(tp.topic, json.dumps({"id": marker}).encode(),
-                                        partition=tp.partition) for tp in tps])
-            finally:
-                await producer.stop()
-            remaining = set(tps)
-            deadline = time.monotonic() + 120
-            while remaining and time.monotonic() < deadline:
-                got = await consumer.getmany(timeout_ms=300)
-                for tp, msgs in got.items():
-                    for m in msgs:
-                        if self._take(tp.topic, m.timestamp, m.value) == marker:
-                            remaining.discard(tp)
-            self.markers_seen = not remaining
-            if remaining:
-                self.error = (f"markers not read back on {len(remaining)} partitions within "
-                              "120 s")
-        finally:
-            await consumer.stop()
-
-
-async def _read_input(bootstrap: str, partitions: int, want: set[str],
-                      counts: dict[int, int], timeout_s: float
-                      ) -> tuple[dict[str, int], dict[int, int]]:
-    """Kafka timestamps of the input records whose event id is in ``want``; reads each
-    partition until it has seen as many records as were acknowledged on it."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    class _Id(msgspec.Struct):
-        event_id: str = ""
-
-    decode = msgspec.json.Decoder(_Id).decode
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                auto_offset_reset="earliest", fetch_max_wait_ms=200,
-                                max_partition_fetch_bytes=4 << 20, client_id="bench-soak-input")
-    await consumer.start()
-    found: dict[str, int] = {}
-    read: Counter[int] = Counter()
-    try:
-        tps = [TopicPartition(topics.INPUT, p) for p in range(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning()
-        deadline = time.monotonic() + timeout_s
-        quiet = time.monotonic()
-        while time.monotonic() < deadline and any(read[p] < counts.get(p, 0)
-                                                  for p in range(partitions)):
-            got = await consumer.getmany(timeout_ms=500)
-            if got:
-                quiet = time.monotonic()
-            elif time.monotonic() - quiet > 30:
-                break
-            for tp, msgs in got.items():
-                read[tp.partition] += len(msgs)
-                for m in msgs:
-                    try:
-                        eid = decode(m.value or b"").event_id
-                    except (msgspec.DecodeError, msgspec.ValidationError):
-                        continue
-                    if eid in want:
-                        found[eid] = m.timestamp
-    finally:
-        await consumer.stop()
-    return found, dict(read)
-
-
-# --------------------------------------------------------------------------- processes
-
-
-def free_port_block(n: int) -> int:
-    """A port p such that p .. p+n-1 are free on 127.0.0.1 (checked by binding each)."""
-    for _ in range(200):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + n > 65535:
-            continue
-        socks = []
-        try:
-            for i in range(n):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError(f"no block of {n} free ports found")
-
-
-def children_of(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(x) for x in text.split()]
-
-
-def worker_index(pid: int) -> int | None:
-    """Index i of a worker child, from the ``--data-dir .../worker-i`` of its command line."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    for a, b in itertools.pairwise(argv):
-        if a == b"--data-dir":
-            name = Path(b.decode()).name
-            if name.startswith("worker-") and name[7:].isdigit():
-                return int(name[7:])
-    return None
-
-
-def workers_now(sup_pid: int) -> dict[int, int]:
-    """index -> pid of the supervisor's live worker children."""
-    out = {}
-    for pid in children_of(sup_pid):
-        i = worker_index(pid)
-        if i is not None:
-            out[i] = pid
-    return out
-
-
-def readyz(port: int) -> tuple[int, dict[str, Any]]:
-    """Status and JSON body of a worker's /readyz (0 when it does not answer)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
-            return resp.status, json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        try:
-            return exc.code, json.loads(exc.read() or b"{}")
-        except ValueError:
-            return exc.code, {}
-    except (urllib.error.URLError, OSError, ValueError):
-        return 0, {}
-
-
-def owners(port: int, workers: int, partitions: int, sup_pid: int) -> dict[int, int] | None:
-    """partition -> pid of its owner, when every worker is ready and they own every
-    partition exactly once; else None (a rebalance or a restore is going on)."""
-    live = workers_now(sup_pid)
-    out: dict[int, int] = {}
-    for i in range(workers):
-        status, body = readyz(port + i)
-        if status != 200 or i not in live:
-            return None
-        for p in body.get("partitions", []):
-            if p in out:
-                return None
-            out[int(p)] = live[i]
-    return out if set(out) == set(range(partitions)) else None
-
-
-def ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-@dataclass
-class Kill:
-    t: float  # seconds since the offer started
-    index: int
-    pid: int
-    was_ready: bool
-    new_pid: int | None = None
-    restarted_after: float = math.nan
-    ready_after: float = math.nan
-    owners_before: dict[int, int] | None = None
-
-
-@dataclass
-class Supervisor:
-    argv: list[str]
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-    _log: Any = None
-
-    def start(self) -> None:
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=clean_env(), stdout=self._log,
-                                     stderr=subprocess.STDOUT)
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def stop(self, timeout_s: float = 120.0) -> int | None:
-        """SIGTERM (forwarded to the workers); past ``timeout_s`` SIGKILL the workers it
-        started, then it."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            kids = children_of(self.proc.pid)
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                log(f"supervisor did not stop within {timeout_s:.0f}s; killing it and its "
-                    "workers")
-                for pid in set(kids) | set(children_of(self.proc.pid)):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return self.proc.returncode
-
-
-def scan_log(path: Path) -> dict[str, Any]:
-    """What the supervisor and its workers logged: restarts, errors, restores."""
-    restarts: Counter[str] = Counter()
-    levels: Counter[str] = Counter()
-    messages: Counter[str] = Counter()
-    restores: list[tuple[float, int, float]] = []  # (wall ts, partition, seconds)
-    tracebacks = 0
-    other: Counter[str] = Counter()
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        s = line.strip()
-        if s.startswith("{"):
-            try:
-                rec = json.loads(s)
-            except ValueError:
-                other[s[:160]] += 1
-                continue
-            level = str(rec.get("level", "?"))
-            levels[level] += 1
-            msg = str(rec.get("msg", ""))
-            if msg == "worker ended; restarting it":
-                restarts[str(rec.get("exit_code"))] += 1
-            elif msg == "partition restored":
-                for p in rec.get("partitions", []):
-                    restores.append((float(rec.get("ts", math.nan)), int(p),
-                                     float(rec.get("seconds", math.nan))))
-            if level in ("warning", "error", "critical") and msg != "worker ended; restarting it":
-                err = rec.get("error") or rec.get("error_type") or ""
-                messages[f"{level}: {msg}" + (f" [{err}]" if err else "")] += 1
-        elif s.startswith("Traceback"):
-            tracebacks += 1
-        elif s and not s.startswith(("worker on ", "created topics", "3 workers started")) \
-                and "workers started" not in s:
-            other[s[:160]] += 1
-    return {"restarts_by_exit_code": dict(restarts), "levels": dict(levels),
-            "problems": messages.most_common(12), "tracebacks": tracebacks,
-            "restores": len(restores),
-            "restore_max_s": max((r[2] for r in restores), default=math.nan),
-            "restore_list": restores,
-            "other_lines": other.most_common(8)}
-
-
-# --------------------------------------------------------------------------- run
 
 
 @dataclass
@@ -801,7 +262,7 @@ def soak(run: Run, records: Sequence[tuple[bytes, bytes, str]], base: Path, sett
         run.wall_s = time.monotonic() - t0
         want = {s.cause for s in collector.seen.values() if s.cause}
         log(f"reading fhr.events back for the timestamps of {len(want):,} causes")
-        run.input_ts, run.input_read = asyncio.run(_read_input(
+        run.input_ts, run.input_read = asyncio.run(read_input(
             broker.bootstrap, run.partitions, want, dict(producer.acked_per_partition),
             120 + len(records) / 5000))
     finally:
@@ -816,9 +277,6 @@ def soak(run: Run, records: Sequence[tuple[bytes, bytes, str]], base: Path, sett
             run.supervisor_exit = sup.stop()
             run.log = scan_log(sup.log_path)
         broker.stop()
-
-
-# --------------------------------------------------------------------------- report
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -1028,9 +486,6 @@ def report(run: Run) -> str:
     if run.work_dir:
         lines.append(f"logs: {run.work_dir}")
     return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- main
 
 
 def _terminate(signum: int, frame: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from streams.report_page import lookup, shown
+from streams.report.page import lookup, shown
 
 #: Laptop-screen width the pages are looked at with.
 WIDTH = 1280
@@ -95,7 +95,7 @@ class _Measures(HTMLParser):
 
 class PageNumbers(HTMLParser):
     """The text of every ``<span data-key>`` of a DOM, and the data marks drawn in each plot
-    (ids with ``-data-``, see ``streams.report_plots``)."""
+    (ids with ``-data-``, see ``streams.report.plots``)."""
 
     def __init__(self) -> None:
         super().__init__()

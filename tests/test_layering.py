@@ -15,6 +15,11 @@ ALLOWED = {
 KAFKA_OR_WEB = {"faust", "aiokafka", "kafka", "aiohttp", "prometheus_client", "mode"}
 SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|WITH|ATTACH|COPY|CHECKPOINT)\b")
 STDLIB_IO = {"socket", "subprocess", "urllib", "http", "asyncio", "requests", "sqlite3", "random"}
+#: The modules a worker runs: none of them may load the report's or the demo's code (only the
+#: CLI, which starts either, imports them).
+WORKER_MODULES = ("worker", "engine", "changelog", "codec", "wire", "owners", "http", "metrics",
+                  "supervise", "settings", "topics", "broker")
+FRONTS = ("streams.report", "streams.demo")
 
 
 def _imports(path: Path) -> set[str]:
@@ -25,6 +30,19 @@ def _imports(path: Path) -> set[str]:
             out.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             out.add(node.module.split(".")[0])
+    return out
+
+
+def _modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, by its full dotted name (``from a import b`` gives
+    both ``a`` and ``a.b``, since ``b`` may be a module)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{alias.name}" for alias in node.names)
     return out
 
 
@@ -66,6 +84,31 @@ def test_kafka_and_http_live_only_in_streams() -> None:
         for path in (ROOT / package).rglob("*.py"):
             bad = _imports(path) & KAFKA_OR_WEB
             assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def _module_path(name: str) -> Path | None:
+    """The file of a module of this tree, or None for anything else (or a name in a module)."""
+    base = ROOT.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def test_the_worker_never_loads_the_report_or_the_demo() -> None:
+    """Followed through every module of the tree a worker module imports, at any depth."""
+    for name in WORKER_MODULES:
+        start = ROOT / "streams" / f"{name}.py"
+        seen, todo = {start}, [(start, (f"streams.{name}",))]
+        while todo:
+            path, chain = todo.pop()
+            for module in _modules(path):
+                assert not any(module == f or module.startswith(f + ".") for f in FRONTS), (
+                    f"{' -> '.join(chain)} imports {module}")
+                found = _module_path(module)
+                if found is not None and found not in seen:
+                    seen.add(found)
+                    todo.append((found, (*chain, module)))
 
 
 def test_the_global_metrics_registry_is_never_used() -> None:

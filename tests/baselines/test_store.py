@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from baselines.migrations import MIGRATIONS
-from baselines.store import BaselineStore, BatchWrite, decode_state, encode_state
+from baselines.snapshot import decode_state, encode_state
+from baselines.store import BaselineStore, BatchWrite
 from drift.baseline import UserBaselines
 from drift.model import BaselineKind, DriftConfig, Mode
 from drift.outputs import ErasureCommand

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from baselines.store import user_ref
+from baselines.erasure import user_ref
 from drift.model import BaselineKind, FhrEvent, MemoryWrite, Mode, SessionEnd
 from drift.simulation import Scenario, SimParams, simulate
 from streams import topics

@@ -18,7 +18,8 @@ from drift.model import DriftConfig
 from drift.replay import MemoryReplay
 from drift.simulation import Scenario, simulate_user
 from streams.broker import free_loopback_port
-from streams.cli import _parser, main
+from streams.cli import main
+from streams.cli.parser import build_parser
 from tests.conftest import REPO
 
 
@@ -156,7 +157,7 @@ def test_an_unreachable_review_api_is_named_with_a_non_zero_exit() -> None:
 
 
 def test_every_option_of_every_command_says_what_it_does() -> None:
-    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     missing = [f"{name} {' '.join(action.option_strings) or action.dest}"
                for name, command in sub.choices.items()
                for action in command._actions

@@ -30,9 +30,9 @@ from drift.replay import MemoryReplay
 from streams import topics
 from streams.broker import free_loopback_port
 from streams.codec import Rejection, decode_event
-from streams.demo_screen import View, legend, live_screen
-from streams.demo_tally import Scrape, Tally
-from streams.demo_traffic import Story
+from streams.demo.screen import View, legend, live_screen
+from streams.demo.tally import Scrape, Tally
+from streams.demo.traffic import Story
 from streams.wire import encode
 from tests.conftest import REPO
 

@@ -10,7 +10,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from baselines.store import user_ref
+from baselines.erasure import user_ref
 from drift.baseline import UserBaselines
 from drift.erasure import receipt
 from drift.fold import initial, step
@@ -29,10 +29,12 @@ from drift.outputs import (
 )
 from drift.replay import MemoryReplay, replay
 from drift.simulation import Scenario, simulate_user
-from streams.report import Window, WindowError, overview, parse_instant, shown_individually
-from streams.report_build import ReportRequest, build
-from streams.report_messages import Outputs, outputs_from_values
-from streams.report_user import user_report
+from streams.report.build import ReportRequest, build
+from streams.report.evidence import shown_individually
+from streams.report.messages import Outputs, outputs_from_values
+from streams.report.overview import overview
+from streams.report.user import user_report
+from streams.report.window import Window, WindowError, parse_instant
 from streams.topics import OUTPUT_TOPICS
 from streams.wire import encode
 from tests.browser import PageNumbers, assert_numbers_are_the_twins

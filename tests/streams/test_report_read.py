@@ -13,7 +13,7 @@ from drift.replay import replay
 from drift.simulation import Scenario, simulate_user
 from streams import topics
 from streams.broker import free_loopback_port
-from streams.report_read import read_outputs
+from streams.report.read import read_outputs
 from streams.wire import DeadLetter, encode, iso
 from tests.conftest import Broker
 

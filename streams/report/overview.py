@@ -1,29 +1,19 @@
 """The governance report's overview: pure aggregation of the deployment's outputs over a range.
 
-:func:`overview` turns decoded outputs (:class:`~streams.report_messages.Outputs`)
+:func:`overview` turns decoded outputs (:class:`~streams.report.messages.Outputs`)
 and an event-time :class:`Window` into an :class:`Overview`, the numbers both
 the HTML page and its JSON twin show. Nothing here reads Kafka or a clock.
 
-Who is shown on their own (:func:`shown_individually`): a user appears, under
-``baselines.store.user_ref`` and never under their id, only when the outputs
-show them in a baselining mode: their latest evidence of a mode is a
-``continuity_drift`` score with ``mode`` light or full (the only output that
-names the mode), not a later ``relational_write_mode_forbidden`` violation
-for stateless / session_only or a downgrade receipt that erased everything.
-Everyone else counts in the aggregates only.
+Who is shown on their own is :func:`streams.report.evidence.shown_individually`;
+everyone else counts in the aggregates only.
 
 >>> import numpy as np
 >>> from drift.model import DriftConfig
 >>> from drift.replay import replay
 >>> from drift.simulation import Scenario, simulate_user
->>> from streams.report_messages import outputs_from_values
->>> from streams.topics import OUTPUT_TOPICS
->>> from streams.wire import encode
+>>> from streams.report.messages import outputs_of
 >>> events, _ = simulate_user(np.random.default_rng(5), Scenario.SAFETY_MISMATCH, "u", 1.7e9)
->>> values: dict[str, list[bytes]] = {}
->>> for o in replay(events, DriftConfig()):
-...     values.setdefault(OUTPUT_TOPICS[o.kind], []).append(encode(o))
->>> outputs = outputs_from_values(values)
+>>> outputs = outputs_of(replay(events, DriftConfig()))
 >>> window = Window.of("2023-11-14", "2023-11-20", None, now_s=0.0)
 >>> view = overview(outputs, window)
 >>> view.days[:2], view.tiers_per_day["high"]
@@ -39,113 +29,26 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 
-from baselines.store import user_ref
-from drift.model import Mode, Tier
+from baselines.erasure import user_ref
 from drift.outputs import Action, ErasureOutcome, Rule
-from streams.report_messages import (
-    AttributionMsg,
-    DriftScoreMsg,
-    FeatureMoved,
-    Outputs,
-    ReceiptMsg,
-    ResponseMsg,
-    ViolationMsg,
+from streams.report.evidence import (
+    TIER_RANK,
+    TIERS,
+    Driver,
+    HoldState,
+    holds_at,
+    shown_individually,
 )
-from streams.wire import iso
+from streams.report.messages import DriftScoreMsg, Outputs
+from streams.report.window import Window
 
-TIERS = tuple(t.label for t in Tier)
-TIER_RANK = {t.label: int(t) for t in Tier}
-BASELINING_MODES = frozenset(m.value for m in Mode if m.keeps_baselines)
-#: The reason codes of ``relational_write_mode_forbidden`` in a mode that keeps nothing.
-KEEPS_NOTHING_REASONS = frozenset(f"mode_{m.value}" for m in Mode if not m.keeps_baselines)
 #: The four distributions of the components plot, in the order shown.
 COMPONENTS = ("continuity_drift_score", "attunement_drift", "semantic_drift", "safety_drift")
 BINS = 20
-DEFAULT_DAYS = 7
 NEVER = "never"
-
-
-class WindowError(ValueError):
-    """A ``--since`` / ``--until`` that is not an ISO 8601 date or time, or an empty range."""
-
-
-def parse_instant(text: str, *, end_of_day: bool) -> float:
-    """Epoch seconds of an ISO 8601 date or date-time (UTC when it names no offset).
-
-    A date alone is the start of that day, or with ``end_of_day`` the start of the
-    next one, so ``--until 2026-11-08`` includes the 8th.
-
-    >>> parse_instant("2026-11-08", end_of_day=False), parse_instant("2026-11-08", end_of_day=True)
-    (1794096000.0, 1794182400.0)
-    >>> parse_instant("2026-11-08T12:00:00+01:00", end_of_day=True)
-    1794135600.0
-    """
-    text = text.strip()
-    try:
-        if len(text) == 10:
-            day = date.fromisoformat(text)
-            start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-            return (start + timedelta(days=1 if end_of_day else 0)).timestamp()
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise WindowError(f"{text!r} is not an ISO 8601 date (2026-11-08) or date-time "
-                          "(2026-11-08T09:30:00Z)") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """A half-open range of event time ``[since, until)``."""
-
-    since_s: float
-    until_s: float
-    since: str = field(init=False)
-    until: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        if not self.until_s > self.since_s:
-            raise WindowError(f"the range is empty: --until {iso(self.until_s)} is not after "
-                              f"--since {iso(self.since_s)}")
-        object.__setattr__(self, "since", iso(self.since_s))
-        object.__setattr__(self, "until", iso(self.until_s))
-
-    @staticmethod
-    def of(since: str | None, until: str | None, latest_ts: str | None, now_s: float,
-           days: int = DEFAULT_DAYS) -> Window:
-        """The range of ``--since`` / ``--until``. Without ``--until``: to the end of the day
-        of the latest output (``latest_ts``), or ``now_s`` when there is none; without
-        ``--since``: ``days`` days before that.
-
-        >>> w = Window.of(None, None, "2026-11-08T10:00:00.000000Z", now_s=0.0)
-        >>> w.since, w.until, len(w.days())
-        ('2026-11-02T00:00:00.000000Z', '2026-11-09T00:00:00.000000Z', 7)
-        """
-        if until is not None:
-            until_s = parse_instant(until, end_of_day=True)
-        elif latest_ts is not None:
-            until_s = parse_instant(latest_ts[:10], end_of_day=True)
-        else:
-            until_s = now_s
-        since_s = (parse_instant(since, end_of_day=False) if since is not None
-                   else until_s - days * 86400.0)
-        return Window(since_s, until_s)
-
-    def contains(self, ts: str) -> bool:
-        """Whether ``ts`` (``streams.wire.iso`` text, which sorts as time does) is in range."""
-        return self.since <= ts < self.until
-
-    def days(self) -> tuple[str, ...]:
-        """Every UTC day the range touches, ``YYYY-MM-DD``."""
-        first = datetime.fromtimestamp(self.since_s, UTC).date()
-        last = datetime.fromtimestamp(self.until_s - 1e-6, UTC).date()
-        return tuple((first + timedelta(days=i)).isoformat()
-                     for i in range((last - first).days + 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,39 +76,7 @@ class Distribution:
                             round(float(p95), 4))
 
 
-@dataclass(frozen=True, slots=True)
-class Moved:
-    """A feature that moved most in a score's attribution."""
-
-    feature: str
-    direction: str
-    z: float
-
-    @staticmethod
-    def of(f: FeatureMoved) -> Moved:
-        return Moved(f.feature, f.direction, round(f.z, 2))
-
-
-@dataclass(frozen=True, slots=True)
-class Driver:
-    """What a score's attribution says drove it: the component, its statistic (attunement: the
-    adjusted p-value of its test; semantic and safety: the share of commitments or fields that
-    changed) and, for attunement, the features that moved most."""
-
-    component: str
-    statistic: str | None
-    value: float | None
-    features: tuple[Moved, ...]
-
-    @staticmethod
-    def of(a: AttributionMsg) -> Driver:
-        st = a.statistic
-        value = None if st is None else (st.p_adjusted if st.p_adjusted is not None else st.value)
-        return Driver(a.component, st.name if st is not None else None,
-                      round(value, 4) if value is not None else None,
-                      tuple(Moved.of(f) for f in a.features[:3]))
-
-
+# The parts of the overview, each a frozen class: the JSON twin is their fields, by name.
 @dataclass(frozen=True, slots=True)
 class ReviewRow:
     """One user most in need of review, under their pseudonymous reference.
@@ -282,52 +153,6 @@ class Overview:
     review: tuple[ReviewRow, ...]
     review_total: int
     left_out: LeftOut
-
-
-def keeps_nothing(m: ViolationMsg | ReceiptMsg) -> bool:
-    """Whether an output shows its user in a mode that keeps nothing about them."""
-    if isinstance(m, ViolationMsg):
-        return m.rule == Rule.MODE_FORBIDDEN.value and m.reason in KEEPS_NOTHING_REASONS
-    return m.reason == "mode_downgrade" and m.replacement is None
-
-
-def shown_individually(outputs: Outputs, until: str) -> set[str]:
-    """The user ids whose latest evidence of a mode before ``until`` is a baselining one."""
-    baselining: dict[str, str] = {}
-    for s in outputs.scores:
-        if s.mode in BASELINING_MODES and s.event_ts < until and s.event_ts > baselining.get(
-                s.user_id, ""):
-            baselining[s.user_id] = s.event_ts
-    nothing: dict[str, str] = {}
-    evidence: list[ViolationMsg | ReceiptMsg] = [*outputs.violations, *outputs.receipts]
-    for m in evidence:
-        if m.event_ts < until and keeps_nothing(m) and m.event_ts > nothing.get(m.user_id, ""):
-            nothing[m.user_id] = m.event_ts
-    return {u for u, ts in baselining.items() if ts > nothing.get(u, "")}
-
-
-@dataclass(frozen=True, slots=True)
-class HoldState:
-    open: bool
-    since: str
-    kinds: tuple[str, ...]
-
-
-def holds_at(responses: Iterable[ResponseMsg], until: str) -> dict[str, HoldState]:
-    """Each user's HOLD as of ``until``: opened by ``continuity_rebaseline_required``, lifted
-    by ``hold_released`` (event time order; ties keep the order the worker published)."""
-    events: dict[str, list[ResponseMsg]] = defaultdict(list)
-    for r in responses:
-        if r.event_ts < until and r.action in (Action.REBASELINE_REQUIRED.value,
-                                               Action.HOLD_RELEASED.value):
-            events[r.user_id].append(r)
-    out = {}
-    for user, rs in events.items():
-        rs.sort(key=lambda r: r.event_ts)
-        last = rs[-1]
-        out[user] = HoldState(last.action == Action.REBASELINE_REQUIRED.value, last.event_ts,
-                              last.hold_kinds)
-    return out
 
 
 def _per_day(days: tuple[str, ...], keys: Iterable[str]) -> dict[str, list[int]]:

@@ -110,12 +110,21 @@ def bars_by_day(name: str, days: Sequence[str], series: Mapping[str, Sequence[in
                 ylabel: str, colors: Mapping[str, str] | None = None, stacked: bool = False,
                 label_bars: Sequence[str] = ()) -> str:
     """Counts per day, one bar per series side by side (or ``stacked``)."""
+    return _bar_chart(name, _day_labels(days), series, xlabel=None, ylabel=ylabel,
+                      colors=colors, stacked=stacked, label_bars=label_bars)
+
+
+def _bar_chart(name: str, labels: list[str], series: Mapping[str, Sequence[int]], *,
+               xlabel: str | None, ylabel: str, colors: Mapping[str, str] | None,
+               stacked: bool = False, label_bars: Sequence[str] = ()) -> str:
+    """Counts per label, one bar per series side by side (or ``stacked``); ``label_bars``
+    names the series whose bars carry their count."""
     fig, (ax,) = _figure(name)
     with _style(name):
-        x = np.arange(len(days), dtype=float)
+        x = np.arange(len(labels), dtype=float)
         keys = list(series)
         width = 0.8 if stacked else 0.8 / max(1, len(keys))
-        bottom = np.zeros(len(days))
+        bottom = np.zeros(len(labels))
         entries = {}
         for j, key in enumerate(keys):
             values = np.asarray(series[key], dtype=float)
@@ -130,8 +139,10 @@ def bars_by_day(name: str, days: Sequence[str], series: Mapping[str, Sequence[in
                                     fontsize=7, xytext=(0, 1), textcoords="offset points")
             if stacked:
                 bottom += values
-        ax.set_xticks(x, _day_labels(days))
-        ax.set_xlim(-0.6, len(days) - 0.4)
+        ax.set_xticks(x, labels)
+        ax.set_xlim(-0.6, len(labels) - 0.4)
+        if xlabel is not None:
+            ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         if not any(any(v) for v in series.values()):
@@ -168,25 +179,8 @@ def distributions(name: str, panels: Mapping[str, tuple[Sequence[float], Sequenc
 def bars_by_category(name: str, categories: Sequence[str], series: Mapping[str, Sequence[int]],
                      *, xlabel: str, ylabel: str, colors: Mapping[str, str] | None = None) -> str:
     """Counts per category (turns to baseline), one bar per series side by side."""
-    fig, (ax,) = _figure(name)
-    with _style(name):
-        x = np.arange(len(categories), dtype=float)
-        keys = list(series)
-        width = 0.8 / max(1, len(keys))
-        entries = {}
-        for j, key in enumerate(keys):
-            values = np.asarray(series[key], dtype=float)
-            color = entries[key] = (colors or {}).get(key, COLORS[j % len(COLORS)])
-            _bars(ax, x + (j - (len(keys) - 1) / 2) * width, values, width, key, color)
-        ax.set_xticks(x, list(categories))
-        ax.set_xlim(-0.6, len(categories) - 0.4)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        if not any(any(v) for v in series.values()):
-            _empty(ax)
-        _legend(ax, entries)
-    return svg_of(fig, name)
+    return _bar_chart(name, list(categories), series, xlabel=xlabel, ylabel=ylabel,
+                      colors=colors)
 
 
 def horizontal_stacked(name: str, rows: Mapping[str, Mapping[str, int]], segments: Sequence[str], *,

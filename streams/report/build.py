@@ -16,12 +16,13 @@ from typing import Any
 
 import msgspec
 
-from streams.report import Window, overview
-from streams.report_html import overview_page
-from streams.report_html_user import user_page
-from streams.report_messages import Outputs
-from streams.report_read import baseline_history, read_outputs
-from streams.report_user import is_shown, user_report
+from streams.report.html import overview_page
+from streams.report.html_user import user_page
+from streams.report.messages import Outputs
+from streams.report.overview import overview
+from streams.report.read import baseline_history, read_outputs
+from streams.report.user import is_shown, user_report
+from streams.report.window import Window
 
 SCHEMA = "continuity-report/1"
 #: ``json_path`` that means standard output.

@@ -27,7 +27,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from streams import topics
-from streams.report_messages import (
+from streams.report.messages import (
     DEADLETTER,
     REPORT_TOPICS,
     BaselineHistory,

@@ -19,7 +19,7 @@ import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
 from streams import topics
-from streams.demo_traffic import INJECTED
+from streams.demo.traffic import INJECTED
 from streams.metrics import LABEL_VALUES
 
 NOTABLE_KINDS = 8
@@ -28,6 +28,8 @@ raised or released, a check prompted, a model re-attuned or not, an escalation, 
 an erasure."""
 
 
+# One struct per topic's message, with only the fields the screen shows. They share field
+# names (user, kind, reason), not a shape: each decodes what its own topic carries.
 class _Feature(msgspec.Struct, frozen=True):
     feature: str
     z: float = 0.0

@@ -1,6 +1,6 @@
 """The governance report's drill-down page: one user, under their pseudonymous reference.
 
-:func:`user_page` lays out what :func:`streams.report_user.user_report` gathered: scores
+:func:`user_page` lays out what :func:`streams.report.user.user_report` gathered: scores
 over sessions (a plot and a table), baseline versions from the review API (or a note that
 they need it), HOLDs, model changes, escalations, violations and erasure receipts. A user
 the outputs do not show in a baselining mode gets a page that says so and nothing else.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from streams import report_plots as plots
-from streams.report_page import (
+from streams.report import plots
+from streams.report.page import (
     ALWAYS_LEFT_OUT,
     DASH,
     card,
@@ -25,7 +25,7 @@ from streams.report_page import (
     source_line,
     table_rows,
 )
-from streams.report_user import UserReport
+from streams.report.user import UserReport
 
 
 def user_page(page: UserReport, twin: dict[str, Any]) -> str:

@@ -1,9 +1,9 @@
 """``continuity-drift demo``: an embedded broker, a worker, simulated traffic that keeps flowing
 until Ctrl-C or ``--duration``, and a screen that says what the service publishes and why.
 
-The traffic is :mod:`streams.demo_traffic`'s story, told in rounds; what the worker publishes
+The traffic is :mod:`streams.demo.traffic`'s story, told in rounds; what the worker publishes
 is read back from the output topics and counted as its ``/metrics`` counts
-(:mod:`streams.demo_tally`); :mod:`streams.demo_screen` shows it. When it stops, the demo
+(:mod:`streams.demo.tally`); :mod:`streams.demo.screen` shows it. When it stops, the demo
 stops the traffic, waits until the worker has processed every record sent and the topics
 show everything its counters counted, and prints the final tallies beside ``/metrics``.
 """
@@ -26,9 +26,9 @@ from rich.console import Console
 from drift.simulation import Scenario
 from streams import topics
 from streams.broker import EmbeddedBroker
-from streams.demo_screen import LiveScreen, PlainScreen, Screen, View, final_lines, legend
-from streams.demo_tally import DECODERS, Scrape, Tally, differences, scrape
-from streams.demo_traffic import Story, Traffic
+from streams.demo.screen import LiveScreen, PlainScreen, Screen, View, final_lines, legend
+from streams.demo.tally import DECODERS, Scrape, Tally, differences, scrape
+from streams.demo.traffic import Story, Traffic
 
 REFRESH_S = 1.0
 STALL_S = 15.0

@@ -24,13 +24,15 @@ duplicates by ``id``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
 
+from drift.outputs import Output
 from streams import topics
+from streams.wire import encode
 
 SCORES, RESPONSES, ESCALATIONS = topics.SCORES, topics.RESPONSES, topics.ESCALATIONS
 VIOLATIONS, RECEIPTS, DEADLETTER = topics.VIOLATIONS, topics.RECEIPTS, topics.DEADLETTER
@@ -301,7 +303,7 @@ class BaselineHistory:
 
 
 def outputs_from_values(values: dict[str, list[bytes]]) -> Outputs:
-    """:class:`Outputs` of message values by topic, as :func:`streams.report_read.read_outputs`
+    """:class:`Outputs` of message values by topic, as :func:`streams.report.read.read_outputs`
     would give them for those records (for tests and benchmarks that hold the bytes)."""
     raw: dict[str, list[Any]] = {}
     bad: dict[str, int] = {}
@@ -309,3 +311,12 @@ def outputs_from_values(values: dict[str, list[bytes]]) -> Outputs:
         raw[topic], bad[topic] = decode_values(topic, values.get(topic, []))
     return gather(raw, bad, {t: len(v) for t, v in values.items()},
                   {t: 1 for t in values})
+
+
+def outputs_of(outs: Iterable[Output]) -> Outputs:
+    """:class:`Outputs` of the fold's outputs, encoded as a worker publishes them and decoded
+    as the report reads them (for examples and tests that run the pure replay)."""
+    values: dict[str, list[bytes]] = {}
+    for o in outs:
+        values.setdefault(topics.OUTPUT_TOPICS[o.kind], []).append(encode(o))
+    return outputs_from_values(values)

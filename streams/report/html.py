@@ -1,7 +1,7 @@
 """The governance report's overview page: what happened in the range, who needs review.
 
-:func:`overview_page` lays out what :func:`streams.report.overview` aggregated: summary
-cards, one figure per plot (inline SVG from :mod:`streams.report_plots`, in a
+:func:`overview_page` lays out what :func:`streams.report.overview.overview` aggregated: summary
+cards, one figure per plot (inline SVG from :mod:`streams.report.plots`, in a
 ``<figure data-plot="NAME">``, with its numbers in a table beneath), the users most in need
 of review, what the page leaves out, and where its numbers came from.
 """
@@ -13,9 +13,10 @@ from html import escape
 from typing import Any
 
 from drift.outputs import ErasureOutcome
-from streams import report_plots as plots
-from streams.report import COMPONENTS, TIERS, Overview
-from streams.report_page import (
+from streams.report import plots
+from streams.report.evidence import TIERS
+from streams.report.overview import COMPONENTS, Overview
+from streams.report.page import (
     ALWAYS_LEFT_OUT,
     DASH,
     card,

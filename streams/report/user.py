@@ -3,26 +3,21 @@
 :func:`user_report` gathers one user's outputs in a range: scores over sessions,
 holds, model changes and re-attunement, violations, escalations and erasure
 receipts, and the baseline versions the review API gave (without values). The
-user is named by ``baselines.store.user_ref`` only; sessions by their order in
+user is named by ``baselines.erasure.user_ref`` only; sessions by their order in
 the range, never their ids; events, requests and commitments not at all (their
 ids are chosen upstream and may embed a user id). A user the outputs do not show
-in a baselining mode (:func:`streams.report.shown_individually`) gets a page
+in a baselining mode (:func:`streams.report.evidence.shown_individually`) gets a page
 that says so and nothing else.
 
 >>> import numpy as np
 >>> from drift.model import DriftConfig
 >>> from drift.replay import replay
 >>> from drift.simulation import Scenario, simulate_user
->>> from streams.report import Window
->>> from streams.report_messages import outputs_from_values
->>> from streams.topics import OUTPUT_TOPICS
->>> from streams.wire import encode
+>>> from streams.report.messages import outputs_of
+>>> from streams.report.window import Window
 >>> events, _ = simulate_user(np.random.default_rng(5), Scenario.SAFETY_MISMATCH, "u", 1.7e9)
->>> values: dict[str, list[bytes]] = {}
->>> for o in replay(events, DriftConfig()):
-...     values.setdefault(OUTPUT_TOPICS[o.kind], []).append(encode(o))
 >>> window = Window.of("2023-11-14", "2023-11-20", None, now_s=0.0)
->>> page = user_report(outputs_from_values(values), window, "u", None)
+>>> page = user_report(outputs_of(replay(events, DriftConfig())), window, "u", None)
 >>> page.shown, [s.tier for s in page.sessions], page.hold_open
 (True, ['medium', 'low', 'high'], True)
 >>> [(h.change, h.kinds) for h in page.holds], page.baselines_source
@@ -36,12 +31,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from baselines.store import user_ref
+from baselines.erasure import user_ref
 from drift.outputs import Action
-from streams.report import TIER_RANK, Driver, Window, holds_at, shown_individually
-from streams.report_messages import BaselineHistory, DriftScoreMsg, Outputs
+from streams.report.evidence import TIER_RANK, Driver, holds_at, shown_individually
+from streams.report.messages import BaselineHistory, DriftScoreMsg, Outputs
+from streams.report.window import Window
 
 
+# One frozen row class per table of the page: the JSON twin names each column by its field,
+# so rows that look alike (a time, a kind, a count) stay classes of their own.
 @dataclass(frozen=True, slots=True)
 class ScorePoint:
     session: int

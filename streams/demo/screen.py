@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from drift.model import DriftConfig
-from streams.demo_tally import (
+from streams.demo.tally import (
     COUNTERS,
     ERASURES,
     SCORES,

@@ -1,0 +1,603 @@
+"""What the benchmarks share: simulated records, producing and reading them on the embedded
+broker, a worker run as a subprocess and its ``/metrics``, process figures, and the
+formatting of the reports."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import math
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+from kafka.partitioner.default import murmur2
+
+from streams import topics
+from streams.broker import free_loopback_port
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SEED = 20261201
+PARTITIONS = 4
+POLL_S = 0.5
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+N = TypeVar("N", int, float)
+
+
+def positive_values(text: str, convert: Callable[[str], N], noun: str,
+                    example: str) -> tuple[N, ...]:
+    """An argparse type's work: comma-separated positive ``noun`` (``convert`` reads each);
+    ``example`` shows the form in the error.
+
+    >>> positive_values("1000, 5000", float, "rates", "1000,5000")
+    (1000.0, 5000.0)
+    """
+    try:
+        values = tuple(convert(x) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected {noun} like {example}: {text!r}") from exc
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive {noun}: {text!r}")
+    return values
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Stream:
+    """Pre-encoded records in event-time order: (key, value, event_id)."""
+
+    records: list[tuple[bytes, bytes, str]]
+    users: int
+    sessions_per_user: int
+    build_s: float
+
+
+def build_stream(total: int, users: int, seed: int, start: float | None = None) -> Stream:
+    """``total`` simulated events of every scenario, merged by event time.
+
+    The simulator starts every user at the same instant; each user is shifted by a
+    random offset up to one session length, so that at any point the stream holds
+    many users at different turns of their sessions (as live traffic does), and the
+    stream is cut by event time so that every user has had the same number of days.
+    """
+    from drift.simulation import Scenario, SimParams, simulate
+    from streams.codec import encode_event
+
+    started = time.monotonic()
+    per_scenario = max(1, round(users / len(Scenario)))
+    n_users = per_scenario * len(Scenario)
+    params = SimParams()
+    session_span = (params.turns + 2) * params.turn_gap_s
+    # about 15 events per session; generate with a margin and cut by event time
+    test_sessions = max(1, math.ceil(1.25 * total / (n_users * 15)) - params.baseline_sessions)
+    while True:
+        params = SimParams(test_sessions=test_sessions)
+        days = params.baseline_sessions + test_sessions * params.low_sessions + 2
+        begin = time.time() - days * 86400.0 if start is None else start
+        rng = np.random.default_rng(seed ^ 0x5EED)
+        rows: list[tuple[float, bytes, bytes, str]] = []
+        for events, _ in simulate(seed, list(Scenario), per_scenario, begin, params):
+            shift = float(rng.uniform(0.0, session_span))
+            key = events[0].user_id.encode()
+            for e in events:
+                e2 = replace(e, ts_s=e.ts_s + shift)
+                rows.append((e2.ts_s, key, encode_event(e2), e2.event_id))
+        if len(rows) >= total:
+            break
+        test_sessions = math.ceil(test_sessions * 1.5 * total / max(len(rows), 1))
+    rows.sort(key=lambda r: r[0])
+    del rows[total:]
+    sessions = round(len(rows) / n_users / 15)
+    return Stream([(k, v, i) for _, k, v, i in rows], n_users, sessions,
+                  time.monotonic() - started)
+
+
+def partition_of(key: bytes, partitions: int) -> int:
+    """The partition kafka-python's and the Java client's default partitioner pick."""
+    return int((murmur2(key) & 0x7FFFFFFF) % partitions)
+
+
+async def produce_async(bootstrap: str, records: Sequence[tuple[bytes, bytes, str]],
+                   partitions: int, rate: float = 0.0,
+                   acks: list[float] | None = None, topic: str = topics.INPUT
+                   ) -> tuple[int, float]:
+    """Send records to ``topic`` in per-partition batches; paced at ``rate``/s when ``rate`` > 0.
+
+    Paced records carry the wall-clock time at which they are offered as their Kafka
+    timestamp. ``acks`` collects, per batch, seconds from offer to broker acknowledgement.
+    """
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0,
+                                max_batch_size=1 << 20, max_request_size=8 << 20,
+                                client_id="bench-throughput")
+    await producer.start()
+    futures: list[asyncio.Future[Any]] = []
+    started = time.monotonic()
+    sent = 0
+    try:
+        total = len(records)
+        while sent < total:
+            if rate > 0:
+                due = min(total, int((time.monotonic() - started) * rate))
+                if due <= sent:
+                    await asyncio.sleep(0.004)
+                    continue
+            else:
+                due = min(total, sent + 5000)
+            offered = time.time()
+            ts_ms = int(offered * 1000) if rate > 0 else None
+            batches: dict[int, Any] = {}
+            for key, value, _ in records[sent:due]:
+                part = partition_of(key, partitions)
+                batch = batches.get(part)
+                if batch is None:
+                    batch = batches[part] = producer.create_batch()
+                if batch.append(key=key, value=value, timestamp=ts_ms) is None:
+                    futures.append(await producer.send_batch(batch, topic, partition=part))
+                    batch = batches[part] = producer.create_batch()
+                    batch.append(key=key, value=value, timestamp=ts_ms)
+            for part, batch in batches.items():
+                fut = await producer.send_batch(batch, topic, partition=part)
+                if acks is not None:
+                    fut.add_done_callback(lambda _f, t=offered: acks.append(time.time() - t))
+                futures.append(fut)
+            sent = due
+            if rate <= 0 and len(futures) > 200:
+                await asyncio.gather(*futures)
+                futures.clear()
+        await asyncio.wait_for(asyncio.gather(*futures), timeout=120)
+    finally:
+        await producer.stop()
+    return sent, time.monotonic() - started
+
+
+def produce(bootstrap: str, records: Sequence[tuple[bytes, bytes, str]],
+            partitions: int) -> float:
+    sent, elapsed = asyncio.run(produce_async(bootstrap, records, partitions))
+    return float(sent / max(elapsed, 1e-9))
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    """Create one topic explicitly (the embedded broker would auto-create it with 4
+    partitions)."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-admin")
+    try:
+        admin.create_topics([NewTopic(name, partitions, 1)])
+    finally:
+        admin.close()
+
+
+def delete_topic(bootstrap: str, name: str) -> None:
+    """Delete one topic (the embedded broker keeps its log in memory)."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-admin")
+    try:
+        admin.delete_topics([name])
+    finally:
+        admin.close()
+
+
+def offsets_after(records: Sequence[tuple[bytes, bytes, str]], partitions: int
+                  ) -> dict[int, int]:
+    """Next offset of each partition of a fresh topic after ``records``.
+
+    Counted here rather than asked of the broker: the embedded broker (Tansu 0.6)
+    answers ListOffsets(latest) with the base offset of the last batch plus one,
+    not the end of the log (fetch responses carry the right high watermark).
+    """
+    counts = Counter(partition_of(key, partitions) for key, _, _ in records)
+    return {p: counts.get(p, 0) for p in range(partitions)}
+
+
+async def _read_all(bootstrap: str, topic: str, idle_s: float,
+                    timeout_s: float) -> list[tuple[int, bytes]]:
+    """(timestamp ms, value) of every record of ``topic``, until nothing new for ``idle_s``."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest", fetch_max_wait_ms=100)
+    await consumer.start()
+    out: list[tuple[int, bytes]] = []
+    try:
+        parts = sorted(consumer.partitions_for_topic(topic) or [])
+        consumer.assign([TopicPartition(topic, p) for p in parts])
+        await consumer.seek_to_beginning()
+        deadline = time.monotonic() + timeout_s
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - quiet_since < idle_s:
+            batches = await consumer.getmany(timeout_ms=200)
+            for msgs in batches.values():
+                if msgs:
+                    quiet_since = time.monotonic()
+                out.extend((msg.timestamp, msg.value) for msg in msgs)
+    finally:
+        await consumer.stop()
+    return out
+
+
+def read_all(bootstrap: str, topic: str, idle_s: float = 3.0,
+             timeout_s: float = 300.0) -> list[tuple[int, bytes]]:
+    return asyncio.run(_read_all(bootstrap, topic, idle_s, timeout_s))
+
+
+def commit_group_offsets(bootstrap: str, group: str, offsets: dict[int, int]) -> None:
+    """Give a fresh consumer group committed offsets, so that it starts there."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                             enable_auto_commit=False)
+    try:
+        consumer.commit({TopicPartition(topics.INPUT, p): OffsetAndMetadata(o, "", -1)
+                         for p, o in offsets.items()})
+    finally:
+        consumer.close()
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def proc_rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM,
+                 timeout_s: float = 20.0) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(sig)
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def git_commit() -> str:
+    """Short commit of the working tree, with a note when it has uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, text=True, capture_output=True,
+                               check=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    if dirty:
+        files = ", ".join(line[3:] for line in dirty[:6]) + (", ..." if len(dirty) > 6 else "")
+        return f"{head} + uncommitted changes to {len(dirty)} tracked file(s) ({files})"
+    return head
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
+    env["PYTHONWARNINGS"] = "ignore"
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"]
+                                     if env.get("PYTHONPATH") else "")
+    return env
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+    return out
+
+
+def metric_sum(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+               name: str) -> float:
+    return sum(v for (n, _), v in samples.items() if n == name)
+
+
+@dataclass
+class Histogram:
+    buckets: list[tuple[float, float]]  # (upper bound, cumulative count), +Inf last
+    count: float
+    total: float
+
+    @staticmethod
+    def of(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+           name: str) -> Histogram:
+        buckets = []
+        for (n, labels), v in samples.items():
+            if n == f"{name}_bucket":
+                le = dict(labels)["le"]
+                buckets.append((math.inf if le == "+Inf" else float(le), v))
+        buckets.sort()
+        return Histogram(buckets, samples.get((f"{name}_count", ()), 0.0),
+                         samples.get((f"{name}_sum", ()), 0.0))
+
+    def minus(self, other: Histogram) -> Histogram:
+        before = dict(other.buckets)
+        return Histogram([(le, c - before.get(le, 0.0)) for le, c in self.buckets],
+                         self.count - other.count, self.total - other.total)
+
+    def quantile(self, q: float) -> float:
+        """Linear interpolation inside the bucket, as Prometheus' histogram_quantile.
+
+        ``inf`` when the rank falls beyond the last finite bucket bound.
+        """
+        if self.count <= 0 or not self.buckets:
+            return math.nan
+        rank = q * self.count
+        prev_le, prev_c = 0.0, 0.0
+        for le, c in self.buckets:
+            if c >= rank:
+                if math.isinf(le):
+                    return math.inf
+                if c == prev_c:
+                    return le
+                return prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c)
+            prev_le, prev_c = le, c
+        return self.buckets[-1][0]
+
+    def share_le(self, bound: float) -> float:
+        for le, c in self.buckets:
+            if le >= bound - 1e-12:
+                return c / self.count if self.count else math.nan
+        return 1.0
+
+    def summary(self) -> dict[str, Any]:
+        return {"count": self.count, "sum": self.total,
+                "mean": self.total / self.count if self.count else math.nan,
+                "p50": self.quantile(0.5), "p95": self.quantile(0.95),
+                "p99": self.quantile(0.99),
+                "buckets": [[("+Inf" if math.isinf(le) else le), c] for le, c in self.buckets]}
+
+
+#: The worker's histograms of its checkpoints and consumer batches, by the key they are
+#: reported under.
+COMMIT_HISTOGRAMS = {"checkpoint_seconds": "continuity_checkpoint_seconds",
+                     "checkpoint_records": "continuity_checkpoint_records",
+                     "batch_size": "continuity_batch_size"}
+
+
+def commit_histograms(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+                      before: dict[tuple[str, tuple[tuple[str, str], ...]], float] | None = None
+                      ) -> dict[str, Any]:
+    """Summaries of the checkpoint and batch histograms; the delta since ``before`` if given.
+
+    ``checkpoints_le_1_record`` counts the checkpoints that covered at most one record:
+    the worker also checkpoints every ``checkpoint_interval_s`` while nothing arrives.
+    """
+    hists: dict[str, Histogram] = {}
+    for key, name in COMMIT_HISTOGRAMS.items():
+        hist = Histogram.of(samples, name)
+        hists[key] = hist if before is None else hist.minus(Histogram.of(before, name))
+    out: dict[str, Any] = {key: h.summary() for key, h in hists.items()}
+    out["checkpoints_le_1_record"] = next(
+        (c for le, c in hists["checkpoint_records"].buckets if le >= 1), 0.0)
+    return out
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How workers are started: the command and extra config lines (``--worker-*`` flags)."""
+
+    cmd: tuple[str, ...] = ()
+    worker: tuple[tuple[str, str], ...] = ()
+    drift: tuple[tuple[str, str], ...] = ()
+
+    def toml(self, app_id: str) -> str:
+        lines = ["[worker]", f'app_id = "{app_id}"']
+        lines += [f"{k} = {v}" for k, v in self.worker]
+        if self.drift:
+            lines += ["[drift]"] + [f"{k} = {v}" for k, v in self.drift]
+        return "\n".join(lines) + "\n"
+
+    def command(self) -> list[str]:
+        if self.cmd:
+            return list(self.cmd)
+        exe = shutil.which("continuity-drift")
+        return [exe] if exe else [sys.executable, "-m", "streams.cli"]
+
+
+@dataclass
+class WorkerRun:
+    """A ``continuity-drift run`` subprocess on the benchmark broker."""
+
+    bootstrap: str
+    base: Path
+    name: str
+    app_id: str
+    spec: WorkerSpec = WorkerSpec()
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    argv: list[str] = field(default_factory=list)
+    _log: Any = None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.base / self.name
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/metrics"
+
+    def start(self) -> WorkerRun:
+        self.port = free_loopback_port()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.base / f"{self.name}.toml"
+        config.write_text(self.spec.toml(self.app_id))
+        cmd = self.spec.command()
+        self.argv = ["run", "--broker", self.bootstrap, "--data-dir", str(self.data_dir),
+                     "--web-port", str(self.port), "--config", str(config)]
+        self._log = open(self.base / f"{self.name}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd + self.argv, cwd=ROOT, env=clean_env(),
+                                     stdout=self._log, stderr=self._log)
+        return self
+
+    @property
+    def command(self) -> str:
+        exe = " ".join(self.spec.cmd) if self.spec.cmd else "continuity-drift"
+        return f"{exe} " + " ".join(self.argv)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def check(self) -> None:
+        if not self.alive():
+            code = self.proc.returncode if self.proc else None
+            raise RuntimeError(f"worker {self.name} exited ({code}); see "
+                               f"{self.base / (self.name + '.log')}")
+
+    def samples(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return scrape(self.metrics_url)
+
+    def processed(self) -> float:
+        s = self.samples()
+        return metric_sum(s, "continuity_events_total") + metric_sum(
+            s, "continuity_rejections_total")
+
+    def wait_ready(self, timeout_s: float) -> float:
+        started = time.monotonic()
+        deadline = started + timeout_s
+        while time.monotonic() < deadline:
+            self.check()
+            try:
+                with urllib.request.urlopen(
+                        f"http://127.0.0.1:{self.port}/readyz", timeout=2) as resp:
+                    if resp.status == 200:
+                        return time.monotonic() - started
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"worker {self.name} not ready within {timeout_s:.0f}s")
+
+    def wait_processed(self, target: float, timeout_s: float,
+                       on_sample: Callable[[float, float], None] | None = None,
+                       interval_s: float = POLL_S) -> list[tuple[float, float]]:
+        """Poll /metrics until ``target`` records are counted; returns (time, count)."""
+        seen: list[tuple[float, float]] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.check()
+            try:
+                count = self.processed()
+            except OSError:
+                time.sleep(interval_s)
+                continue
+            now = time.monotonic()
+            seen.append((now, count))
+            if on_sample is not None:
+                on_sample(now, count)
+            if count >= target:
+                return seen
+            time.sleep(interval_s)
+        raise TimeoutError(f"worker {self.name} counted {seen[-1][1] if seen else 0:.0f} "
+                           f"of {target:.0f} records within {timeout_s:.0f}s")
+
+    def stop(self) -> None:
+        stop_process(self.proc, timeout_s=30)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def rate_from_samples(samples: list[tuple[float, float]], target: float) -> dict[str, float]:
+    """Records/s from the first non-zero count to ``target`` (the crossing interpolated)."""
+    first = next(((t, c) for t, c in samples if c > 0), None)
+    if first is None:
+        return {"rate": math.nan, "seconds": math.nan, "from_count": 0.0}
+    t0, c0 = first
+    t1 = samples[-1][0]
+    for (ta, ca), (tb, cb) in itertools.pairwise(samples):
+        if cb >= target > ca:
+            t1 = ta + (tb - ta) * (target - ca) / max(cb - ca, 1e-9)
+            break
+    seconds = max(t1 - t0, 1e-9)
+    return {"rate": (target - c0) / seconds, "seconds": seconds, "from_count": c0}
+
+
+def percentiles(values: Sequence[float], qs: Iterable[float] = (50, 95, 99, 99.9)
+                ) -> dict[str, float]:
+    if not values:
+        return {f"p{q:g}": math.nan for q in qs}
+    arr = np.asarray(values, dtype=float)
+    return {f"p{q:g}": float(np.percentile(arr, q)) for q in qs}
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = math.nan
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    import aiokafka
+    import duckdb
+    import faust
+    return {"nproc": os.cpu_count(), "cpu_model": model, "mem_gb": round(mem, 1),
+            "python": platform.python_version(), "platform": platform.platform(),
+            "faust": faust.__version__, "aiokafka": aiokafka.__version__,
+            "duckdb": duckdb.__version__}
+
+
+def fmt(x: Any, spec: str = ".0f") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return format(x, spec)
+
+
+def fmt_ms(seconds: float, hist: dict[str, Any] | None = None) -> str:
+    """Milliseconds; a histogram quantile past the last finite bucket prints as '> bound'."""
+    if isinstance(seconds, float) and math.isinf(seconds) and hist is not None:
+        finite = [le for le, _ in hist["buckets"] if le != "+Inf"]
+        return f"> {1e3 * max(finite):.0f}"
+    return fmt(1e3 * seconds)
+
+
+def pass_fail(ok: bool) -> str:
+    return "met" if ok else "NOT met"
