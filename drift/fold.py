@@ -80,7 +80,7 @@ def step(state: UserState, baselines: UserBaselines, event: FhrEvent, config: Dr
         return Step(state, baselines, DUPLICATE)
     ts = max(event.ts_s, state.clock_s)
     ctx = StepContext(event.event_id, event.session_id, ts, config)
-    swept = sweep(state, baselines, ts, config, ctx) if _due(state, baselines, ts, config) \
+    swept = sweep(state, baselines, ts, config, ctx) if due(state, baselines, ts, config) \
         else None
     if swept is not None:
         state, baselines = swept.state, swept.baselines
@@ -171,8 +171,8 @@ def _dispatch(state: UserState, baselines: UserBaselines, event: FhrEvent, ctx: 
             assert_never(body)
 
 
-def _due(state: UserState, baselines: UserBaselines, now_s: float, config: DriftConfig
-         ) -> bool:
+def due(state: UserState, baselines: UserBaselines, now_s: float, config: DriftConfig
+        ) -> bool:
     """Whether :func:`sweep` has anything to do by ``now_s`` (a cheap check per event)."""
     return _idle_due(state.session, now_s, config) or expiry_due(state, baselines, now_s, config)
 
@@ -338,5 +338,5 @@ def _mode_changed(state: UserState, baselines: UserBaselines, body: ModeChanged,
     return Step(state, baselines, Effects(writes=commands))
 
 
-__all__ = ["ErasureCommand", "Mode", "Step", "close_idle", "end_session", "initial",
+__all__ = ["ErasureCommand", "Mode", "Step", "close_idle", "due", "end_session", "initial",
            "may_erase", "step", "summarize", "sweep"]

@@ -229,6 +229,17 @@ class FhrEvent:
     body: Body
 
 
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Event time on a quiet partition moved to ``ts_s`` by the worker ``app_id`` that owns
+    it: an input record of its own, so a replay of the log moves it at the same place.
+    Every user of the partition is swept at ``ts_s`` (idle sessions closed, baselines past
+    their TTL erased); nothing else changes (docs/design.md, "Event time")."""
+
+    app_id: str
+    ts_s: float
+
+
 @dataclass(frozen=True)
 class DriftConfig:
     """Scoring, response and governance configuration (SPEC defaults).

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from drift.baseline import UserBaselines
-from drift.fold import initial, step
-from drift.model import DriftConfig, FhrEvent
+from drift.fold import initial, step, sweep
+from drift.model import DriftConfig, FhrEvent, Tick
 from drift.outputs import Output
 from drift.state import UserState
 
@@ -31,6 +31,18 @@ class MemoryReplay:
         self.states[user_id] = result.state
         self.baselines[user_id] = result.baselines
         return result.effects.outputs
+
+    def tick(self, tick: Tick, user_ids: Iterable[str]) -> tuple[Output, ...]:
+        """A tick of the partition that holds ``user_ids``: each of them swept at its time,
+        in the order of their ids (the worker's order)."""
+        out: tuple[Output, ...] = ()
+        for user_id in sorted(set(user_ids) & set(self.states)):
+            result = sweep(self.states[user_id], self.baselines.get(user_id, UserBaselines()),
+                           tick.ts_s, self.config)
+            self.states[user_id] = result.state
+            self.baselines[user_id] = result.baselines
+            out += result.effects.outputs
+        return out
 
 
 def replay(events: Iterable[FhrEvent], config: DriftConfig) -> list[Output]:

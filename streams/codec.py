@@ -217,6 +217,47 @@ def to_domain(w: WireEvent) -> m.FhrEvent:
                       w.ephemeral, _body(w))
 
 
+#: The key of a tick record (:class:`drift.model.Tick`): no user id can be it, since user
+#: ids never hold a NUL byte.
+TICK_KEY = b"\x00continuity-tick"
+TICK_SCHEMA = "continuity-tick/1"
+
+
+class _TickWire(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    schema: Literal["continuity-tick/1"]
+    app_id: Id
+    ts: Ts
+
+
+_tick_decoder = msgspec.json.Decoder(_TickWire)
+
+
+def encode_tick(tick: m.Tick) -> bytes:
+    """The value of a tick record.
+
+    >>> decode_record(TICK_KEY, encode_tick(m.Tick("continuity-drift", 1.7e9)))
+    Tick(app_id='continuity-drift', ts_s=1700000000.0)
+    """
+    return _encoder.encode({"schema": TICK_SCHEMA, "app_id": tick.app_id,
+                            "ts": iso(tick.ts_s).replace("Z", "+00:00")})
+
+
+def decode_record(key: bytes | None, value: bytes | None
+                  ) -> m.FhrEvent | m.Tick | Rejection:
+    """An ``fhr.events`` record as an event, a tick (keyed :data:`TICK_KEY`) or a rejection.
+
+    >>> decode_record(TICK_KEY, b'{"schema":"continuity-tick/1"}')
+    Rejection(reason='invalid_value', fields=('tick',), event_id=None)
+    """
+    if key != TICK_KEY:
+        return decode_event(key, value)
+    try:
+        wire = _tick_decoder.decode(value or b"")
+    except (msgspec.DecodeError, RecursionError):
+        return Rejection("invalid_value", ("tick",))
+    return m.Tick(wire.app_id, wire.ts.timestamp())
+
+
 def decode_event(key: bytes | None, value: bytes | None) -> m.FhrEvent | Rejection:
     """Decode and validate one ``fhr.events`` record.
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -38,7 +38,7 @@ from baselines.store import BaselineStore, BatchWrite
 from drift.baseline import UserBaselines
 from drift.erasure import expiry_due, operator_erase, receipt
 from drift.evolve import fast_init
-from drift.fold import Step, initial, may_erase, step, summarize, sweep
+from drift.fold import Step, due, initial, may_erase, step, summarize, sweep
 from drift.model import (
     DriftConfig,
     FhrEvent,
@@ -46,6 +46,7 @@ from drift.model import (
     MemoryWriteBlocked,
     Mode,
     NoticeShown,
+    Tick,
 )
 from drift.outputs import (
     Action,
@@ -66,7 +67,7 @@ from drift.outputs import (
 )
 from drift.state import UserState
 from streams import topics
-from streams.codec import Rejection, decode_event
+from streams.codec import Rejection, decode_record
 from streams.metrics import Metrics, observe_many
 from streams.wire import DeadLetter, encode
 
@@ -141,8 +142,10 @@ class Engine:
     """Per-partition user state in memory, backed by a :class:`BaselineStore`."""
 
     def __init__(self, store: BaselineStore, config: DriftConfig, metrics: Metrics,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, app_id: str = "continuity-drift"
+                 ) -> None:
         self.store = store
+        self.app_id = app_id
         self.config = config
         self.metrics = metrics
         self.clock = clock
@@ -154,7 +157,10 @@ class Engine:
         self.stored: set[str] = set()
         """Users with a stored state: only theirs is dropped when it stops being persistable,
         so a user who never had one is never named in the store or the changelog."""
-        self.watermarks: dict[int, tuple[float, float]] = {}
+        self.watermarks: dict[int, float] = {}
+        """The newest event time seen on each partition (what a tick starts from)."""
+        self.seen_at: dict[int, float] = {}
+        """When (wall clock) each partition's last record was processed."""
         self.pending = BatchWrite(topic=topics.INPUT)
         self._counts: dict[Counter, int] = {}
         self._observed: dict[Histogram, list[float]] = {}
@@ -177,7 +183,8 @@ class Engine:
             self.baselines.update(baselines)
             self.user_partition.update({u: p for u in (*states, *baselines)})
             self.next_offsets[p] = offsets.get(p, 0)
-            self.watermarks[p] = (max((s.clock_s for s in states.values()), default=0.0), now)
+            self.watermarks[p] = max((s.clock_s for s in states.values()), default=0.0)
+            self.seen_at[p] = now
         self.partitions |= new
         self.refresh_gauges()
 
@@ -194,24 +201,25 @@ class Engine:
         for p in gone:
             self.next_offsets.pop(p, None)
             self.watermarks.pop(p, None)
+            self.seen_at.pop(p, None)
         self.partitions -= gone
         self.refresh_gauges()
 
     # ------------------------------------------------------------------ batches
 
     @staticmethod
-    def decode(records: Sequence[InputRecord]) -> list[FhrEvent | Rejection]:
-        """Each record as an event or the reason it is not one (no record raises)."""
-        out: list[FhrEvent | Rejection] = []
+    def decode(records: Sequence[InputRecord]) -> list[FhrEvent | Tick | Rejection]:
+        """Each record as an event, a tick or the reason it is neither (no record raises)."""
+        out: list[FhrEvent | Tick | Rejection] = []
         for record in records:
             try:
-                out.append(decode_event(record.key, record.value))
+                out.append(decode_record(record.key, record.value))
             except Exception as exc:  # noqa: BLE001 - no record may stop a partition
                 out.append(_processing_error(exc, None, record))
         return out
 
     def process(self, records: Sequence[InputRecord],
-                decoded: list[FhrEvent | Rejection] | None = None, *,
+                decoded: list[FhrEvent | Tick | Rejection] | None = None, *,
                 stop_before_erasure: bool = False) -> PendingBatch:
         """Apply a batch of records (decoded by :meth:`decode` if not given) to memory;
         returns what to publish and to commit.
@@ -236,8 +244,17 @@ class Engine:
                 if stop_before_erasure and self._may_erase(state, baselines, item):
                     batch.stopped_at = index
                     break
+            elif isinstance(item, Tick) and item.app_id == self.app_id and stop_before_erasure \
+                    and self.expiring(record.partition, item.ts_s):
+                batch.stopped_at = index
+                break
             self.next_offsets[record.partition] = record.offset + 1
             self.pending.offsets[record.partition] = record.offset + 1
+            self.seen_at[record.partition] = now
+            if isinstance(item, Tick):
+                if item.app_id == self.app_id:
+                    self._tick(record.partition, item.ts_s, batch, touched)
+                continue
             if isinstance(item, FhrEvent):
                 try:
                     result = step(state, baselines, item, self.config)
@@ -262,11 +279,13 @@ class Engine:
 
     def _process_event(self, event: FhrEvent, result: Step, partition: int,
                        batch: PendingBatch, touched: dict[str, int], now: float) -> bool:
+        """Count and carry out one event's step; whether it has outputs."""
         self._count_event(event)
         self._lags.append(max(0.0, now - event.ts_s))
         user_id = event.user_id
         self.user_partition[user_id] = partition
-        self._advance_watermark(partition, event.ts_s, now)
+        if event.ts_s > self.watermarks.get(partition, 0.0):
+            self.watermarks[partition] = event.ts_s
         if result.effects.duplicate:
             self.states.setdefault(user_id, result.state)
             return False
@@ -461,56 +480,52 @@ class Engine:
 
     # ------------------------------------------------------------------ event time
 
-    def _advance_watermark(self, partition: int, ts_s: float, now: float) -> None:
-        mark, _ = self.watermarks.get(partition, (0.0, now))
-        if ts_s > mark:
-            self.watermarks[partition] = (ts_s, now)
-
-    def event_now(self, partition: int) -> float:
-        """Event time on a partition: its newest event time, moved on by wall time since.
-
-        With traffic this is event time; on a quiet partition idle sessions still
-        close once the idle timeout has passed on the wall clock too.
-        """
+    def quiet_time(self, partition: int) -> float:
+        """Event time on a partition that has had no record for a while: its newest event
+        time, moved on by the wall time since its last record. Only a tick record carries
+        it into the fold (:meth:`ticks_due`), so a replay moves it at the same place."""
         now = float(self.clock())
-        mark, seen_at = self.watermarks.get(partition, (0.0, now))
-        return mark + max(0.0, now - seen_at)
+        return self.watermarks.get(partition, 0.0) + max(
+            0.0, now - self.seen_at.get(partition, now))
 
-    # ------------------------------------------------------------------ timers
+    def _users_of(self, partition: int) -> list[str]:
+        return sorted(u for u, p in self.user_partition.items()
+                      if p == partition and u in self.states)
 
-    def event_times(self) -> dict[int, float]:
-        """:meth:`event_now` of every owned partition, read once for a timer round."""
-        return {p: self.event_now(p) for p in self.partitions}
+    def ticks_due(self, quiet_after_s: float) -> dict[int, float]:
+        """The tick to write into each owned partition that has had no record for
+        ``quiet_after_s`` and holds a user with something due by its :meth:`quiet_time`
+        (an idle session to close, a baseline past its TTL); the caller writes them."""
+        now = float(self.clock())
+        out: dict[int, float] = {}
+        for p in sorted(self.partitions):
+            if now - self.seen_at.get(p, now) < quiet_after_s:
+                continue
+            ts = self.quiet_time(p)
+            if any(due(self.states[u], self.baselines.get(u, NO_BASELINES), ts, self.config)
+                   for u in self._users_of(p)):
+                out[p] = ts
+        return out
 
-    def _owned_users(self) -> Iterator[tuple[str, UserState, int]]:
-        for user_id, state in list(self.states.items()):
-            partition = self.user_partition.get(user_id)
-            if partition is not None and partition in self.partitions:
-                yield user_id, state, partition
+    def expiring(self, partition: int, ts_s: float) -> bool:
+        """Whether a tick at ``ts_s`` on ``partition`` erases a baseline past its TTL: the
+        shell then lets the checkpoint in flight land first, so the erasure finds its
+        versions."""
+        return any(expiry_due(self.states[u], self.baselines.get(u, NO_BASELINES), ts_s,
+                              self.config) for u in self._users_of(partition))
 
-    def expiring(self, times: dict[int, float]) -> bool:
-        """Whether :meth:`tick` at ``times`` will erase a baseline past its TTL: the shell
-        then lets the checkpoint in flight land first, so the erasure finds its versions."""
-        return any(expiry_due(state, self.baselines.get(user_id, NO_BASELINES),
-                              times[partition], self.config)
-                   for user_id, state, partition in self._owned_users())
-
-    def tick(self, times: dict[int, float] | None = None) -> PendingBatch:
-        """Expire unused baselines and close idle sessions, by each partition's event time
-        (``times``, from :meth:`event_times`, or read now)."""
-        times = self.event_times() if times is None else times
-        batch = PendingBatch()
-        touched: dict[str, int] = {}
-        for user_id, state, partition in self._owned_users():
-            result = sweep(state, self.baselines.get(user_id, NO_BASELINES),
-                           times[partition], self.config)
+    def _tick(self, partition: int, ts_s: float, batch: PendingBatch, touched: dict[str, int]
+              ) -> None:
+        """Every user of ``partition`` swept at ``ts_s``, in the order of their ids
+        (:meth:`drift.replay.MemoryReplay.tick` is the same)."""
+        self._count(self.metrics.ticks)
+        for user_id in self._users_of(partition):
+            state = self.states[user_id]
+            result = sweep(state, self.baselines.get(user_id, NO_BASELINES), ts_s, self.config)
             if result.effects.empty and result.state is state:
                 continue
             self._apply(result, partition, batch)
             touched[user_id] = partition
-        self._stage_states(batch, touched)
-        self._flush_counts()
-        return batch
 
     # ------------------------------------------------------------------ review API
 

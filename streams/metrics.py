@@ -68,6 +68,7 @@ class Metrics:
     events: Counter
     rejections: Counter
     unreadable_batches: Counter
+    ticks: Counter
     scores: Counter
     drift_score: Histogram
     drift_component: Histogram
@@ -162,6 +163,10 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
         rejections=Counter(
             "continuity_rejections", "Records rejected to the dead-letter topic, by reason code",
             ["reason"], registry=r),
+        ticks=Counter(
+            "continuity_ticks",
+            "Tick records applied: event time of a quiet partition moved on, in the log",
+            registry=r),
         unreadable_batches=Counter(
             "continuity_unreadable_batches",
             "Input record batches that could not be read (CRC, codec, corrupt bytes), each "

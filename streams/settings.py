@@ -33,6 +33,9 @@ class Settings:
     fetch_wait_s: float = 0.02
     checkpoint_interval_s: float = 1.0
     timer_interval_s: float = 5.0
+    quiet_after_s: float = 30.0
+    """A partition with no record for this long (wall clock) gets a tick record when a
+    user on it has something due by its event time moved on by the wall clock."""
     session_timeout_s: float = 6.0
     heartbeat_interval_s: float = 1.0
     rebalance_timeout_s: float = 10.0
@@ -58,7 +61,8 @@ class Settings:
 _SIMPLE = {"broker": str, "data_dir": Path, "web_port": int, "web_host": str,
            "advertised_url": str, "app_id": str,
            "partitions": int, "review_token": str, "batch_max": int, "batch_within_s": float,
-           "fetch_wait_s": float, "checkpoint_interval_s": float, "timer_interval_s": float, "session_timeout_s": float,
+           "fetch_wait_s": float, "checkpoint_interval_s": float, "timer_interval_s": float,
+           "quiet_after_s": float, "session_timeout_s": float,
            "heartbeat_interval_s": float, "rebalance_timeout_s": float, "log_level": str,
            "history_versions": int, "history_sessions": int, "compression": str}
 

@@ -32,10 +32,12 @@ from aiokafka.errors import CorruptRecordException, KafkaError, UnsupportedCodec
 from prometheus_client import CollectorRegistry
 
 from baselines.store import BaselineStore, BatchWrite, Retention
+from drift.model import Tick
 from drift.outputs import ErasureReceipt, SessionSummary
 from streams import topics
 from streams.batches import FETCH_BYTES, fetch_raw, read_batches
 from streams.changelog import Changelog
+from streams.codec import TICK_KEY, encode_tick
 from streams.engine import Engine, InputRecord, OutMessage, PendingBatch
 from streams.http import make_app
 from streams.metrics import Metrics, build_metrics, observe_many
@@ -74,6 +76,12 @@ def _exit_for_replay(what: str) -> NoReturn:
                   "restart", what)
     logging.shutdown()
     os._exit(EXIT_REPLAY)
+
+
+def _log_failed_tick(ack: asyncio.Future[Any]) -> None:
+    if not ack.cancelled() and ack.exception() is not None:
+        log.warning("tick not written; the next timer round will",
+                    extra={"error_type": type(ack.exception()).__name__})
 
 
 async def _failed(exc: BaseException) -> None:
@@ -118,7 +126,7 @@ class Worker:
         self.metrics: Metrics = build_metrics(self.registry)
         self.store = BaselineStore(settings.data_dir / "continuity.duckdb", retention=Retention(
             settings.history_versions, settings.history_sessions))
-        self.engine = Engine(self.store, settings.drift, self.metrics)
+        self.engine = Engine(self.store, settings.drift, self.metrics, app_id=settings.app_id)
         self.review_token = settings.review_token
         self.lock = asyncio.Lock()
         self.stopping = asyncio.Event()
@@ -139,6 +147,9 @@ class Worker:
         self.broker_ok = True
         self._waiting_on: str | None = None
         self._raw_client: AIOKafkaClient | None = None
+        self._tick_sent: dict[int, int] = {}
+        """The partition's next offset when its last tick was written: no other until the
+        worker has read past it."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -226,14 +237,34 @@ class Worker:
         clock = time.monotonic()
         if clock - self._last_tick >= self.settings.timer_interval_s:
             self._last_tick = clock
-            times = self.engine.event_times()
-            if self.engine.expiring(times):
-                await self._settle()  # an expiry erases: it must find the versions in flight
-            await self._publish(self.engine.tick(times))
+            await self._write_ticks()
             self._update_lag()
         due = clock - self._last_checkpoint >= self.settings.checkpoint_interval_s
         if self._erased or (due and (self._inflight is None or self._inflight.done())):
             await self._checkpoint(wait=False)  # due while one is in flight: when it lands
+
+    async def _write_ticks(self) -> None:
+        """A tick record into each owned partition that has gone quiet with something due
+        (:meth:`Engine.ticks_due`): read back like any record, it closes idle sessions and
+        expires baselines at the same place in every replay of the log. One tick at a time
+        per partition, and only once the worker has read the partition to its end."""
+        consumer, producer = self.consumer, self.producer
+        assert consumer is not None and producer is not None
+        for p, ts in self.engine.ticks_due(self.settings.quiet_after_s).items():
+            offset = self.engine.next_offsets.get(p, 0)
+            high = consumer.highwater(TopicPartition(topics.INPUT, p))
+            if high is None or high > offset or self._tick_sent.get(p, -1) >= offset:
+                continue
+            try:
+                ack = await producer.send(topics.INPUT, encode_tick(Tick(self.settings.app_id,
+                                                                         ts)),
+                                          key=TICK_KEY, partition=p)
+            except BROKER_FAULTS as exc:
+                log.warning("tick not written; the next timer round will",
+                            extra={"partitions": [p], "error_type": type(exc).__name__})
+                continue
+            ack.add_done_callback(_log_failed_tick)
+            self._tick_sent[p] = offset
 
     async def _skip_unreadable(self, error: BaseException) -> None:
         """``getmany`` met a record batch it cannot read: fetch each owned partition by hand

@@ -24,9 +24,10 @@ from drift.model import (
     MemoryWrite,
     Mode,
     ModeChanged,
+    Tick,
 )
 from drift.simulation import Scenario, simulate
-from streams.codec import encode_event
+from streams.codec import TICK_KEY, encode_event, encode_tick
 from streams.engine import Engine, PendingBatch, Record
 from streams.metrics import build_metrics
 from tests.builders import UserScript
@@ -130,6 +131,14 @@ class FixedClock:
         return self.now
 
 
+def tick_records(engine: Engine) -> list[Record]:
+    """A tick record at the end of every owned partition at its quiet time, as the worker
+    writes them."""
+    return [Record(p, engine.next_offsets[p], TICK_KEY,
+                   encode_tick(Tick(engine.app_id, engine.quiet_time(p))), int(START_S * 1000))
+            for p in sorted(engine.partitions)]
+
+
 def run_engine(data_dir: Path) -> Iterator[tuple[str, bytes, bytes]]:
     """Feed the golden records through an engine on a real DuckDB file; yield its messages."""
     store = BaselineStore(data_dir / "continuity.duckdb")
@@ -156,8 +165,9 @@ def run_engine(data_dir: Path) -> Iterator[tuple[str, bytes, bytes]]:
             if i // BATCH == 40:
                 batch, _ = engine.erase_user("stable-0001", "golden-api-erase")
                 yield from settle(batch)
-        # The timer, well after the last event: idle sessions close, unused baselines expire.
+        # Quiet for 400 days: a tick in each partition closes idle sessions and expires
+        # unused baselines.
         clock.now = START_S + 400 * 86400.0
-        yield from settle(engine.tick())
+        yield from settle(engine.process(tick_records(engine)))
     finally:
         store.close()

@@ -10,10 +10,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from baselines.store import BaselineStore
-from drift.model import DriftConfig
+from drift.model import DriftConfig, Tick
 from streams import topics
 from streams.engine import Engine, PendingBatch, Record
 from streams.metrics import build_metrics
+from streams.codec import encode_tick
 from tests.streams.golden import (
     PARTITIONS,
     START_S,
@@ -21,6 +22,7 @@ from tests.streams.golden import (
     golden_events,
     golden_records,
     partition_of,
+    tick_records,
 )
 
 
@@ -149,7 +151,7 @@ def test_an_open_session_is_shown_from_memory_and_stored_when_it_ends(harness: H
     assert shown is not None and shown.ended_s is None and shown.turns == 12
     assert harness.store.session("golden-idle", "idle-after") is None
     harness.clock.now = START_S + 400 * 86400.0
-    harness.settle(harness.engine.tick())
+    harness.settle(harness.engine.process(tick_records(harness.engine)))
     stored = harness.store.session("golden-idle", "idle-after")
     assert stored is not None and stored.ended_s == shown.started_s + 12 * 10.0 + 1800.0
     assert harness.engine.open_session("golden-idle", "idle-after") is None
@@ -196,20 +198,38 @@ def test_a_replayed_batch_is_skipped_by_its_stored_offsets(harness: Harness, tmp
     harness.store = BaselineStore(tmp_path / "continuity.duckdb")
 
 
-def test_the_timer_tells_in_advance_whether_its_round_will_erase(harness: Harness) -> None:
-    """The worker lets the checkpoint in flight land before a timer round only when
-    ``expiring`` says the round erases: it must say so whenever the round does."""
+def test_a_tick_tells_in_advance_whether_it_will_erase(harness: Harness) -> None:
+    """The worker lets the checkpoint in flight land before a tick that erases: the engine
+    stops before such a tick whenever the tick does erase, and only then."""
     harness.feed(golden_records())
     rounds = []
     for now in (START_S, START_S + 400 * 86400.0, START_S + 401 * 86400.0):
         harness.clock.now = now
-        times = harness.engine.event_times()
-        predicted = harness.engine.expiring(times)
-        batch = harness.engine.tick(times)
-        rounds.append((predicted, bool(batch.erased)))
+        ticks = tick_records(harness.engine)
+        before = harness.engine.process(ticks, stop_before_erasure=True)
+        assert not before.erased  # nothing before the stop erases
+        harness.settle(before)
+        at = before.stopped_at
+        batch = harness.engine.process(ticks[at:] if at is not None else [])
+        rounds.append((at is not None, bool(batch.erased)))
         harness.settle(batch)
     assert all(predicted == erased for predicted, erased in rounds), rounds
     assert rounds[1] == (True, True) and rounds[2] == (False, False)
+
+
+def test_a_tick_is_a_record_the_quiet_partition_times_and_others_ignore(
+        harness: Harness) -> None:
+    harness.feed(golden_records())
+    assert harness.engine.ticks_due(quiet_after_s=1.0) == {}  # no wall time has passed
+    harness.clock.now = START_S + 400 * 86400.0
+    due = harness.engine.ticks_due(quiet_after_s=1.0)
+    assert due and all(ts == harness.engine.quiet_time(p) for p, ts in due.items())
+    foreign = [Record(r.partition, r.offset, r.key,
+                      encode_tick(Tick("another-deployment", 4e9)), r.timestamp)
+               for r in tick_records(harness.engine)]
+    states = dict(harness.engine.states)
+    batch = harness.engine.process(foreign)
+    assert batch.messages == [] and harness.engine.states == states
 
 
 def test_stopping_before_each_erasure_changes_nothing_but_where_batches_end(

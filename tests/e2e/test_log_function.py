@@ -1,0 +1,167 @@
+"""Outputs are a function of the log: kills, restarts and partition moves change none.
+
+The oracle is the pure fold of the log as the broker holds it (duplicates and hostile
+records included): each record read back in partition order, decoded, folded per user
+(``drift.replay``), or dead-lettered by its place. A run with faults must publish, after
+dropping duplicates by ``id``, exactly the oracle's ids with exactly its payloads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from drift.model import DriftConfig, FhrEvent, Tick
+from drift.outputs import dead_letter_id
+from drift.replay import MemoryReplay
+from drift.simulation import Scenario, SimParams, simulate
+from streams import topics
+from streams.codec import Rejection, decode_record, encode_event
+from streams.wire import encode
+from tests.conftest import events_processed, wait_until
+
+APP_ID = "continuity-drift"
+OUTPUT_TOPICS = (topics.SCORES, topics.RESPONSES, topics.ESCALATIONS, topics.VIOLATIONS,
+                 topics.RECEIPTS, topics.DEADLETTER)
+SCENARIOS = [Scenario.STABLE, Scenario.ATTUNEMENT_SHIFT, Scenario.SAFETY_MISMATCH,
+             Scenario.MODEL_CHANGE_COLLAPSED, Scenario.GOVERNANCE, Scenario.STATELESS,
+             Scenario.EPHEMERAL, Scenario.SUSTAINED_LOW]
+HOSTILE = [b"[" * 3000 + b"]" * 3000, b"\x00\xff" * 50, b'{"schema": "fhr/9"}',
+           b'{"schema":"fhr/1","event_id":"x","event_type":"turn"}', "{}".encode("utf-16")]
+#: Quiet partitions get tick records early, so the log the oracle folds holds them too.
+CONFIG = {"worker": {"checkpoint_interval_s": 0.3, "quiet_after_s": 1.0}}
+
+
+def _log(seed: int) -> list[tuple[bytes | None, bytes]]:
+    """Users of every scenario, interleaved a few events at a time (so a partition holds
+    users whose clocks are far apart), with duplicates re-sent 1 to 300 records after
+    their first copy and hostile records between them."""
+    rng = random.Random(seed)
+    users = [list(evs) for evs, _ in simulate(seed, SCENARIOS, 3, 1.7e9, SimParams())]
+    events: list[FhrEvent] = []
+    while users:
+        user = rng.choice(users)
+        events.extend(user[:rng.randint(1, 6)])
+        del user[:6]
+        users = [u for u in users if u]
+    records: list[tuple[bytes | None, bytes]] = [
+        (e.user_id.encode(), encode_event(e)) for e in events]
+    for _ in range(len(records) // 12):
+        i = rng.randrange(len(records) - 1)
+        records.insert(min(len(records), i + rng.randint(1, 300)), records[i])
+    for value in HOSTILE * 4:
+        key = rng.choice([None, records[rng.randrange(len(records))][0]])
+        records.insert(rng.randrange(len(records)), (key, value))
+    return records
+
+
+def _read_back(bootstrap: str) -> list[tuple[int, int, bytes | None, bytes]]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                             enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topics.INPUT, p)
+                 for p in sorted(consumer.partitions_for_topic(topics.INPUT) or [])]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        out: list[tuple[int, int, bytes | None, bytes]] = []
+        while True:
+            for tp, msgs in consumer.poll(timeout_ms=200).items():
+                out.extend((tp.partition, m.offset, m.key, m.value) for m in msgs)
+            if all(consumer.position(tp) >= (consumer.highwater(tp) or 1 << 62)
+                   for tp in parts):
+                return sorted(out)
+    finally:
+        consumer.close()
+
+
+def oracle(log: list[tuple[int, int, bytes | None, bytes]]) -> dict[str, dict[str, Any]]:
+    """The outputs of the pure fold of the log, by id, as published payloads."""
+    runner = MemoryReplay(DriftConfig())
+    out: dict[str, dict[str, Any]] = {}
+    for partition in sorted({p for p, *_ in log}):
+        users: set[str] = set()
+        for _, offset, key, value in (r for r in log if r[0] == partition):
+            item = decode_record(key, value)
+            if isinstance(item, Rejection):
+                out[dead_letter_id(topics.INPUT, partition, offset)] = {"reason": item.reason}
+                continue
+            if isinstance(item, Tick):
+                outs = runner.tick(item, users) if item.app_id == APP_ID else ()
+            else:
+                users.add(item.user_id)
+                outs = runner.feed(item)
+            for o in outs:
+                out[o.id] = json.loads(encode(o))
+    return out
+
+
+def _published_with_ids(broker: Any) -> dict[str, dict[str, Any]]:
+    got: dict[str, dict[str, Any]] = {}
+    for topic in OUTPUT_TOPICS:
+        for m in broker.read(topic):
+            m.pop("_key")
+            body = {"reason": m["reason"]} if topic == topics.DEADLETTER else m
+            first = got.setdefault(m["id"], body)
+            assert first == body, f"two different payloads under one id on {topic}"
+    return got
+
+
+def _compare(expected: dict[str, dict[str, Any]], got: dict[str, dict[str, Any]], seed: int
+             ) -> None:
+    missing = sorted(set(expected) - set(got))
+    extra = sorted(set(got) - set(expected))
+    differ = sorted(i for i in set(expected) & set(got) if expected[i] != got[i])
+    assert not (missing or extra or differ), (
+        f"seed {seed}: {len(missing)} missing, {len(extra)} extra, {len(differ)} different "
+        f"of {len(expected)}; first missing {[expected[i] for i in missing[:2]]}, extra "
+        f"{[got[i] for i in extra[:2]]}, differ {[(expected[i], got[i]) for i in differ[:1]]}")
+
+
+def _seed() -> int:
+    return int(os.environ.get("KILL_SEED", random.SystemRandom().randrange(1 << 16)))
+
+
+def _send(broker: Any, records: list[tuple[bytes | None, bytes]]) -> None:
+    producer = broker.producer()
+    for key, value in records:
+        producer.send(topics.INPUT, key=key, value=value)
+    producer.flush()
+
+
+@pytest.mark.parametrize("kills", [0, 3])
+def test_sigkills_at_random_points_publish_exactly_the_pure_fold_of_the_log(
+        broker, start_worker, kills):
+    seed = _seed()
+    print(f"KILL_SEED={seed}")
+    rng = random.Random(seed)
+    records = _log(seed)
+    worker = start_worker("victim", config=CONFIG)
+    cuts = sorted(rng.sample(range(len(records) // 5, len(records)), kills))
+    sent = 0
+    for cut in cuts:
+        sent_before = sent
+        _send(broker, records[sent:cut])
+        sent = cut
+        goal = rng.randint(1, max(1, (cut - sent_before) // 2))
+        wait_until(lambda g=goal: events_processed(worker) >= g, 60,
+                   f"{goal} events processed before a kill (seed {seed})", interval_s=0.02)
+        worker.kill()
+        worker.start()
+    _send(broker, records[sent:])
+    expected = oracle(_read_back(broker.bootstrap))
+    def missing() -> str:
+        got = _published_with_ids(broker)
+        gone = [expected[i] for i in sorted(set(expected) - set(got))]
+        if os.environ.get("KILL_DUMP"):
+            with open(os.environ["KILL_DUMP"], "w") as f:
+                json.dump({"expected": expected, "got": got}, f)
+        return f"{len(gone)} of {len(expected)} missing, e.g. {gone[:3]}"
+
+    wait_until(lambda: set(_published_with_ids(broker)) >= set(expected), 120,
+               f"every output of the oracle (seed {seed})", detail=missing)
+    _compare(expected, _published_with_ids(broker), seed)
