@@ -20,7 +20,7 @@ from drift.baseline import UserBaselines
 from drift.kernel.convert import expiry_hint, load, materialize
 from drift.kernel.layout import DIRTY_SESSION, DIRTY_USER, F_EXPIRE, I_FLAGS, I_SESSION, Geometry
 from drift.model import DriftConfig
-from drift.state import UserState
+from drift.state import TurnLog, UserState
 
 NO_BASELINES = UserBaselines()
 _DIRTY = DIRTY_USER | DIRTY_SESSION
@@ -50,6 +50,8 @@ class UserColumns:
         self._users: list[str] = [""] * capacity
         self._shells: list[UserState | None] = [None] * capacity
         self._baselines: list[UserBaselines | None] = [None] * capacity
+        self._turns: list[TurnLog | None] = [None] * capacity
+        """Per slot, the turn log whose values the slot's turn columns hold (when known)."""
         self._free = list(range(capacity - 1, -1, -1))
         self._codes: dict[str, int] = {}
         self.states = _StateView(self)
@@ -95,6 +97,7 @@ class UserColumns:
         self._users += [""] * old
         self._shells += [None] * old
         self._baselines += [None] * old
+        self._turns += [None] * old
         self._free = list(range(2 * old - 1, old - 1, -1))
 
     def drop(self, user_id: str) -> None:
@@ -103,13 +106,20 @@ class UserColumns:
         if s is not None:
             self._shells[s] = None
             self._baselines[s] = None
+            self._turns[s] = None
             self._users[s] = ""
             self._free.append(s)
 
     def _load(self, s: int, state: UserState, baselines: UserBaselines) -> None:
         hint = expiry_hint(state, baselines, self.config)
-        load(state, hint, s, self.icols, self.fcols, self.rings, self.geometry,
-             self.session_code)
+        session = state.session
+        turns = session.turns if session is not None and session.mode.keeps_baselines \
+            else None
+        held = turns is not None and turns is self._turns[s] \
+            and not self.icols[s, I_FLAGS] & _DIRTY
+        fits = load(state, hint, s, self.icols, self.fcols, self.rings, self.geometry,
+                    self.session_code, held)
+        self._turns[s] = turns if fits else None
 
     # ------------------------------------------------------------------ per slot
 
@@ -122,6 +132,9 @@ class UserColumns:
             return shell
         state = materialize(shell, s, self.icols, self.fcols, self.rings, self.geometry)
         self._shells[s] = state
+        session = state.session
+        self._turns[s] = session.turns if session is not None \
+            and session.mode.keeps_baselines else None
         self.icols[s, I_FLAGS] &= ~_DIRTY
         return state
 

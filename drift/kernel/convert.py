@@ -23,8 +23,8 @@ from drift.kernel.layout import (
     DIRTY_SESSION,
     EXPIRY_SLACK_S,
     F_CLOCK,
-    F_EXPIRE,
     F_LAST,
+    F_WINDOWS,
     HAS_SESSION,
     HIGH_RES_BLOCK,
     I_BLOCKING,
@@ -112,9 +112,11 @@ def _load_turns(turns: TurnLog, ints: list[int], floats: list[float], g: Geometr
 
 def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.int64],
          fcols: npt.NDArray[np.float64], rings: npt.NDArray[np.uint64], g: Geometry,
-         session_code: Callable[[str], int]) -> bool:
+         session_code: Callable[[str], int], turns_held: bool = False) -> bool:
     """Write the kernel's part of ``state`` into ``slot``; returns whether it fits (if not,
-    the slot is flagged ``PY_ONLY``). ``session_code`` numbers session ids for the batch.
+    the slot is flagged ``PY_ONLY``). ``session_code`` numbers session ids for the batch;
+    ``turns_held`` says the slot holds the open session's turn log already (the caller
+    knows it by identity), so only the rest is written.
 
     >>> from drift.kernel.columns import UserColumns
     >>> cols = UserColumns(DriftConfig())
@@ -125,40 +127,50 @@ def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.
     >>> float(cols.fcols[s, F_CLOCK])
     7.0
     """
-    ints = [0] * g.i_width
-    floats = [0.0] * g.f_width
     ring = state.recent.ring
     held = len(ring) // _FP_BYTES
     ok = g.supported and held <= g.ring and len(ring) % _FP_BYTES == 0
     flags = 0
-    floats[F_CLOCK] = state.clock_s
-    floats[F_EXPIRE] = expire_at_s
+    last_s = 0.0
+    mask = streak = 0
+    code = -1
     session = state.session
+    turns_fit = True
     if session is not None:
         flags |= HAS_SESSION
-        floats[F_LAST] = session.last_s
+        last_s = session.last_s
         if session.ephemeral:
             flags |= SESSION_EPHEMERAL
         guard = session.guard
         mask = blocking_mask(guard.blocking)
         ok = ok and mask >= 0
-        ints[I_BLOCKING] = max(mask, 0)
-        ints[I_STREAK] = guard.high_res_streak
+        streak = guard.high_res_streak
         if guard.high_res_block:
             flags |= HIGH_RES_BLOCK
-        ints[I_SESSION] = session_code(session.session_id)
+        code = session_code(session.session_id)
         if session.mode.keeps_baselines:
             flags |= BASELINING
-            ok = ok and _load_turns(session.turns, ints, floats, g)
+            if not turns_held:
+                ints = [0] * g.i_width
+                floats = [0.0] * g.f_width
+                turns_fit = _load_turns(session.turns, ints, floats, g)
+                if turns_fit:
+                    icols[slot] = ints
+                    fcols[slot, F_WINDOWS:] = floats[F_WINDOWS:]
+    ok = ok and turns_fit
     if not ok:
         flags |= PY_ONLY
-    else:
-        ints[I_RING_LEN] = held
-        if held:
-            rings[slot, :held] = np.frombuffer(ring, dtype="<u8")
-    ints[I_FLAGS] = flags
-    icols[slot] = ints
-    fcols[slot] = floats
+        held = 0
+    elif held:
+        rings[slot, :held] = np.frombuffer(ring, dtype="<u8")
+    row = icols[slot]
+    row[I_FLAGS] = flags
+    row[I_RING_LEN] = held
+    row[I_RING_HEAD] = 0
+    row[I_STREAK] = streak
+    row[I_BLOCKING] = max(mask, 0)
+    row[I_SESSION] = code
+    fcols[slot, :F_WINDOWS] = (state.clock_s, last_s, expire_at_s)
     return ok
 
 
@@ -166,15 +178,33 @@ def _rows(floats: list[float], at: int, n: int) -> tuple[Row, ...]:
     return tuple(tuple(floats[at + r * N_FEATURES:at + (r + 1) * N_FEATURES]) for r in range(n))
 
 
-def _turn_log(looks: int, ints: list[int], floats: list[float], g: Geometry) -> TurnLog:
+def _grown(old: tuple[Row, ...], floats: list[float], at: int, n: int) -> tuple[Row, ...]:
+    """Rows ``0..n`` at ``at``, where the first ``len(old)`` are ``old`` (the kernel only
+    appends to them)."""
+    k = len(old)
+    if n == k:
+        return old
+    if n < k:
+        return _rows(floats, at, n)
+    return old + tuple(tuple(floats[at + r * N_FEATURES:at + (r + 1) * N_FEATURES])
+                       for r in range(k, n))
+
+
+def _turn_log(old: TurnLog, ints: list[int], floats: list[float], g: Geometry) -> TurnLog:
+    """The slot's turn log; ``old`` is the log the slot was loaded from or last built as,
+    whose unchanged parts are kept (a window whose count did not move did not change)."""
     windows = []
     for w in range(g.windows):
+        n = ints[I_WINDOW_N + w]
+        if w < len(old.windows) and old.windows[w].n == n:
+            windows.append(old.windows[w])
+            continue
         at = g.total_at(w)
-        windows.append(WindowSums(ints[I_WINDOW_N + w], tuple(floats[at:at + N_FEATURES]),
+        windows.append(WindowSums(n, tuple(floats[at:at + N_FEATURES]),
                                   tuple(floats[at + N_FEATURES:at + 2 * N_FEATURES])))
-    return TurnLog(ints[I_TURNS], looks, tuple(windows),
-                   _rows(floats, g.f_current, ints[I_CURRENT]),
-                   _rows(floats, g.f_early, ints[I_EARLY]),
+    return TurnLog(ints[I_TURNS], old.looks, tuple(windows),
+                   _grown(old.current_rows, floats, g.f_current, ints[I_CURRENT]),
+                   _grown(old.early_rows, floats, g.f_early, ints[I_EARLY]),
                    _rows(floats, g.f_late, ints[I_LATE]))
 
 
@@ -216,7 +246,7 @@ def materialize(shell: UserState, slot: int, icols: npt.NDArray[np.int64],
                   bool(flags & HIGH_RES_BLOCK))
     if flags & BASELINING:
         session = evolve(session, last_s=floats[F_LAST], guard=guard,
-                         turns=_turn_log(session.turns.looks, ints, floats, g))
+                         turns=_turn_log(session.turns, ints, floats, g))
     else:
         session = evolve(session, last_s=floats[F_LAST], guard=guard)
     return evolve(shell, clock_s=floats[F_CLOCK], recent=recent, session=session)
