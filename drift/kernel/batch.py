@@ -1,0 +1,145 @@
+"""A batch of events folded through the compiled kernel, the rare ones through the reference.
+
+:func:`fold_batch` is what a worker calls in place of a loop of
+:func:`drift.fold.step` over a batch. The kernel (:mod:`drift.kernel.turns`) takes
+events in log order until one it cannot take; that one is handed to the reference
+fold (its user's state built from the columns and loaded back after); the kernel
+then goes on from the next event. Events are therefore applied exactly in the
+order of the batch, and the effects are the ones the loop of ``step`` gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from drift.baseline import UserBaselines
+from drift.fold import DUPLICATE, Step, may_erase, step
+from drift.kernel.columns import UserColumns
+from drift.kernel.events import EventColumns
+from drift.kernel.layout import ST_APPLIED, ST_DUPLICATE
+from drift.kernel.turns import apply_turns
+from drift.model import DriftConfig, FhrEvent
+from drift.outputs import NO_EFFECTS, Effects
+from drift.state import UserState
+
+Outcome = Step | Effects | Exception
+"""What one event did: a :class:`~drift.fold.Step` when the reference fold applied it,
+the (empty or duplicate) :class:`~drift.outputs.Effects` when the kernel did, or the
+exception the reference raised (the user's state is then as before the event)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFold:
+    """The result of :func:`fold_batch`.
+
+    ``outcomes[i]`` is event ``i``'s :data:`Outcome`; with ``stopped_at`` set only the
+    events before it were applied (and have outcomes). ``handoffs`` counts the events
+    the reference fold applied, ``stopped_at`` the first event left unapplied.
+    """
+
+    outcomes: list[Outcome]
+    handoffs: int
+    stopped_at: int | None = None
+
+    def effects(self, i: int) -> Effects | None:
+        """Event ``i``'s effects (None if it raised or was not applied).
+
+        >>> BatchFold([NO_EFFECTS, ValueError("x")], 0).effects(1) is None
+        True
+        """
+        if i >= len(self.outcomes):
+            return None
+        o = self.outcomes[i]
+        if isinstance(o, Step):
+            return o.effects
+        return o if isinstance(o, Effects) else None
+
+
+def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftConfig, *,
+               stop_before_erasure: bool = False) -> BatchFold:
+    """Apply ``events`` (in log order) to the users in ``columns``; what each one did.
+
+    The contract, for the caller that replaces a loop of
+    ``step(states[u], baselines[u], event, config)`` by one call:
+
+    * ``columns`` holds every user's state and baselines (its ``states`` and
+      ``baselines`` views read and write them by user id); ``config`` is the one
+      ``columns`` was made with. A user without a slot starts from
+      :func:`drift.fold.initial`.
+    * On return ``columns`` holds each user's state and baselines *after the
+      batch*. The :class:`~drift.fold.Step` of a handed-off event carries the state
+      right after that event (read it, e.g. ``persistable``, to carry out that
+      event's effects) but must not be written back into ``columns``.
+    * ``outcomes[i]`` are event ``i``'s effects exactly as ``step`` would return them
+      (the same outputs, writes and session summaries, ``DUPLICATE`` for an id seen
+      before, ``NO_EFFECTS`` for a plain turn); an exception raised by the reference
+      fold is returned in its place, with the user's state left as before it.
+    * With ``stop_before_erasure`` the batch stops before the first event for which
+      :func:`drift.fold.may_erase` holds (evaluated on the state in force then, an
+      exception counting as False) and ``stopped_at`` is its index; the events
+      before it are applied, none after. Hand the rest over again later.
+
+    >>> from drift.model import Mode, ModelTriple, SessionStart, Turn
+    >>> start = SessionStart(Mode.FULL, "c", ModelTriple("m", "t", "bf16"), "g", "p")
+    >>> log = [FhrEvent("e0", "session_start", 0.0, "u", "s", False, start)]
+    >>> log += [FhrEvent(f"e{k}", "turn", 10.0 * k, "u", "s", False, Turn.neutral(k))
+    ...         for k in range(1, 8)]
+    >>> cols = UserColumns(DriftConfig())
+    >>> done = fold_batch(cols, log + log[2:3], DriftConfig())
+    >>> done.handoffs, [type(o).__name__ for o in done.outcomes[:2]], done.outcomes[-1].duplicate
+    (2, ['Step', 'Effects'], True)
+    >>> cols.states["u"].session.turns.n_turns, cols.states["u"].clock_s
+    (7, 70.0)
+    """
+    ev = EventColumns.of(columns, events)
+    n = len(events)
+    outcomes: list[Outcome | None] = [None] * n
+    event_arrays = ev.arrays()
+    geom, params = columns.geometry_arrays()
+    handoffs = 0
+    stopped_at: int | None = None
+    i = 0
+    while i < n:
+        icols, fcols, rings = columns.arrays()
+        j = apply_turns(i, stop_before_erasure, *event_arrays, icols, fcols, rings, geom,
+                        params)
+        if j >= n:
+            break
+        s = ev.slot_list[j]
+        event = events[j]
+        state, baselines = columns.state_at(s), columns.baselines_at(s)
+        if stop_before_erasure and _may_erase(state, baselines, event, config):
+            stopped_at = j
+            break
+        handoffs += 1
+        try:
+            result = step(state, baselines, event, config)
+        except Exception as exc:  # noqa: BLE001 - the fold is pure: the state stays as it was
+            outcomes[j] = exc
+        else:
+            columns.put_at(s, result.state, result.baselines)
+            outcomes[j] = result
+        i = j + 1
+    end = n if stopped_at is None else stopped_at
+    for k, st in enumerate(ev.status[:end].tolist()):
+        if st == ST_APPLIED:
+            outcomes[k] = NO_EFFECTS
+        elif st == ST_DUPLICATE:
+            outcomes[k] = DUPLICATE
+    for k in range(end):
+        if not isinstance(outcomes[k], Exception):
+            columns.mark_stored(ev.slot_list[k])
+    done: list[Outcome] = []
+    for o in outcomes[:end]:
+        assert o is not None, "every event before the end was applied"
+        done.append(o)
+    return BatchFold(done, handoffs, stopped_at)
+
+
+def _may_erase(state: UserState, baselines: UserBaselines, event: FhrEvent,
+               config: DriftConfig) -> bool:
+    try:
+        return may_erase(state, baselines, event, config)
+    except Exception:  # noqa: BLE001 - step raises too, and its outcome says so
+        return False

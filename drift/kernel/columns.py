@@ -1,0 +1,269 @@
+"""The per-user state of a worker as columns: one slot per user, struct of arrays.
+
+:class:`UserColumns` keeps, for each user, the kernel's part of the state in three
+arrays (:mod:`drift.kernel.layout`) and the rest as the Python objects the
+reference fold uses (the state object last loaded, and the user's baselines), keyed
+by slot. Its two views, :attr:`UserColumns.states` and :attr:`UserColumns.baselines`,
+are mutable mappings by user id, so a shell can hold it where it held two dicts:
+reading a state builds it from its slot (exactly, :mod:`drift.kernel.convert`),
+writing one loads it into its slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+
+import numpy as np
+import numpy.typing as npt
+
+from drift.baseline import UserBaselines
+from drift.kernel.convert import expiry_hint, load, materialize
+from drift.kernel.layout import DIRTY_SESSION, DIRTY_USER, F_EXPIRE, I_FLAGS, I_SESSION, Geometry
+from drift.model import DriftConfig
+from drift.state import TurnLog, UserState
+
+NO_BASELINES = UserBaselines()
+_DIRTY = DIRTY_USER | DIRTY_SESSION
+
+
+class UserColumns:
+    """Every user's fold state and baselines, in slots.
+
+    >>> from drift.model import Mode
+    >>> cols = UserColumns(DriftConfig())
+    >>> cols.states["u1"] = UserState("u1", Mode.FULL, clock_s=5.0)
+    >>> cols.states["u1"].clock_s, "u1" in cols.states, "u1" in cols.baselines, len(cols)
+    (5.0, True, False, 1)
+    >>> del cols.states["u1"]
+    >>> len(cols), cols.states.get("u1")
+    (0, None)
+    """
+
+    def __init__(self, config: DriftConfig, capacity: int = 64) -> None:
+        self.config = config
+        self.geometry = g = Geometry.of(config)
+        capacity = max(capacity, 1)
+        self.icols: npt.NDArray[np.int64] = np.zeros((capacity, g.i_width), np.int64)
+        self.fcols: npt.NDArray[np.float64] = np.zeros((capacity, g.f_width), np.float64)
+        self.rings: npt.NDArray[np.uint64] = np.zeros((capacity, g.ring), np.uint64)
+        self._index: dict[str, int] = {}
+        self._users: list[str] = [""] * capacity
+        self._shells: list[UserState | None] = [None] * capacity
+        self._baselines: list[UserBaselines | None] = [None] * capacity
+        self._turns: list[TurnLog | None] = [None] * capacity
+        """Per slot, the turn log whose values the slot's turn columns hold (when known)."""
+        self._free = list(range(capacity - 1, -1, -1))
+        self._codes: dict[str, int] = {}
+        self.states = _StateView(self)
+        self.baselines = _BaselineView(self)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __contains__(self, user_id: object) -> bool:
+        return user_id in self._index
+
+    def users(self) -> Iterator[str]:
+        """Every user with a slot."""
+        return iter(list(self._index))
+
+    # ------------------------------------------------------------------ slots
+
+    def slot(self, user_id: str) -> int:
+        """The user's slot; a user without one gets one, holding the initial state.
+
+        >>> cols = UserColumns(DriftConfig(), capacity=1)
+        >>> cols.slot("a"), cols.slot("b"), cols.slot("a"), cols.icols.shape[0]
+        (0, 1, 0, 2)
+        """
+        s = self._index.get(user_id)
+        if s is not None:
+            return s
+        if not self._free:
+            self._grow()
+        s = self._free.pop()
+        self._index[user_id] = s
+        self._users[s] = user_id
+        self._shells[s] = None
+        self._baselines[s] = None
+        self._load(s, UserState(user_id), NO_BASELINES)
+        return s
+
+    def _grow(self) -> None:
+        old = self.icols.shape[0]
+        self.icols = np.concatenate((self.icols, np.zeros_like(self.icols)))
+        self.fcols = np.concatenate((self.fcols, np.zeros_like(self.fcols)))
+        self.rings = np.concatenate((self.rings, np.zeros_like(self.rings)))
+        self._users += [""] * old
+        self._shells += [None] * old
+        self._baselines += [None] * old
+        self._turns += [None] * old
+        self._free = list(range(2 * old - 1, old - 1, -1))
+
+    def drop(self, user_id: str) -> None:
+        """Forget a user (its slot is reused)."""
+        s = self._index.pop(user_id, None)
+        if s is not None:
+            self._shells[s] = None
+            self._baselines[s] = None
+            self._turns[s] = None
+            self._users[s] = ""
+            self._free.append(s)
+
+    def _load(self, s: int, state: UserState, baselines: UserBaselines) -> None:
+        hint = expiry_hint(state, baselines, self.config)
+        session = state.session
+        turns = session.turns if session is not None and session.mode.keeps_baselines \
+            else None
+        held = turns is not None and turns is self._turns[s] \
+            and not self.icols[s, I_FLAGS] & _DIRTY
+        fits = load(state, hint, s, self.icols, self.fcols, self.rings, self.geometry,
+                    self.session_code, held)
+        self._turns[s] = turns if fits else None
+
+    # ------------------------------------------------------------------ per slot
+
+    def state_at(self, s: int) -> UserState:
+        """The state in slot ``s``, built from its columns (and kept, until they move)."""
+        shell = self._shells[s]
+        if shell is None:
+            shell = UserState(self._users[s])
+        if not self.icols[s, I_FLAGS] & _DIRTY:
+            return shell
+        state = materialize(shell, s, self.icols, self.fcols, self.rings, self.geometry)
+        self._shells[s] = state
+        session = state.session
+        self._turns[s] = session.turns if session is not None \
+            and session.mode.keeps_baselines else None
+        self.icols[s, I_FLAGS] &= ~_DIRTY
+        return state
+
+    def baselines_at(self, s: int) -> UserBaselines:
+        """The baselines of slot ``s`` (none stored: no baselines)."""
+        b = self._baselines[s]
+        return NO_BASELINES if b is None else b
+
+    def put_at(self, s: int, state: UserState, baselines: UserBaselines | None = None) -> None:
+        """Load ``state`` (and ``baselines``, if given) into slot ``s``."""
+        self._shells[s] = state
+        if baselines is not None:
+            self._baselines[s] = baselines
+        self._load(s, state, self.baselines_at(s))
+
+    def _set_baselines(self, s: int, baselines: UserBaselines) -> None:
+        self._baselines[s] = baselines
+        shell = self._shells[s]  # last_used_s is not the kernel's: the shell holds it
+        self.fcols[s, F_EXPIRE] = expiry_hint(shell or UserState(self._users[s]), baselines,
+                                              self.config)
+
+    def _release_if_empty(self, s: int) -> None:
+        if self._shells[s] is None and self._baselines[s] is None:
+            self.drop(self._users[s])
+
+    # ------------------------------------------------------------------ the kernel's view
+
+    def arrays(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64],
+                              npt.NDArray[np.uint64]]:
+        """The slot arrays, in the kernel's argument order (they move when slots grow)."""
+        return self.icols, self.fcols, self.rings
+
+    def geometry_arrays(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        return self.geometry.geom, self.geometry.params
+
+    def begin_batch(self) -> None:
+        """Start numbering session ids anew (the numbers live for one batch)."""
+        self._codes.clear()
+
+    def session_code(self, session_id: str) -> int:
+        """The number of ``session_id`` in the running batch.
+
+        >>> cols = UserColumns(DriftConfig())
+        >>> cols.session_code("s1"), cols.session_code("s2"), cols.session_code("s1")
+        (0, 1, 0)
+        """
+        codes = self._codes
+        code = codes.get(session_id)
+        if code is None:
+            code = codes[session_id] = len(codes)
+        return code
+
+    def bind_session(self, s: int) -> None:
+        """Number slot ``s``'s open session in the running batch."""
+        shell = self._shells[s]
+        session = shell.session if shell is not None else None
+        self.icols[s, I_SESSION] = self.session_code(session.session_id) \
+            if session is not None else -1
+
+    def mark_stored(self, s: int) -> None:
+        """Slot ``s`` holds a state of its own from now (not only baselines)."""
+        if self._shells[s] is None:
+            self._shells[s] = UserState(self._users[s])
+
+
+class _StateView(MutableMapping[str, UserState]):
+    """The users' states by user id (a user with only baselines has none)."""
+
+    def __init__(self, cols: UserColumns) -> None:
+        self._cols = cols
+
+    def __getitem__(self, user_id: str) -> UserState:
+        cols = self._cols
+        s = cols._index.get(user_id)
+        if s is None or cols._shells[s] is None:
+            raise KeyError(user_id)
+        return cols.state_at(s)
+
+    def __setitem__(self, user_id: str, state: UserState) -> None:
+        cols = self._cols
+        cols.put_at(cols.slot(user_id), state)
+
+    def __delitem__(self, user_id: str) -> None:
+        cols = self._cols
+        s = cols._index.get(user_id)
+        if s is None or cols._shells[s] is None:
+            raise KeyError(user_id)
+        cols._shells[s] = None
+        cols._load(s, UserState(user_id), cols.baselines_at(s))
+        cols._release_if_empty(s)
+
+    def __iter__(self) -> Iterator[str]:
+        cols = self._cols
+        return iter([u for u, s in cols._index.items() if cols._shells[s] is not None])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _BaselineView(MutableMapping[str, UserBaselines]):
+    """The users' baselines by user id."""
+
+    def __init__(self, cols: UserColumns) -> None:
+        self._cols = cols
+
+    def __getitem__(self, user_id: str) -> UserBaselines:
+        cols = self._cols
+        s = cols._index.get(user_id)
+        b = cols._baselines[s] if s is not None else None
+        if b is None:
+            raise KeyError(user_id)
+        return b
+
+    def __setitem__(self, user_id: str, baselines: UserBaselines) -> None:
+        cols = self._cols
+        cols._set_baselines(cols.slot(user_id), baselines)
+
+    def __delitem__(self, user_id: str) -> None:
+        cols = self._cols
+        s = cols._index.get(user_id)
+        if s is None or cols._baselines[s] is None:
+            raise KeyError(user_id)
+        cols._set_baselines(s, NO_BASELINES)
+        cols._baselines[s] = None
+        cols._release_if_empty(s)
+
+    def __iter__(self) -> Iterator[str]:
+        cols = self._cols
+        return iter([u for u, s in cols._index.items() if cols._baselines[s] is not None])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)

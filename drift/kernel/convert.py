@@ -1,0 +1,252 @@
+"""Exact conversion between a :class:`~drift.state.UserState` and its slot in the columns.
+
+The columns own what a plain turn changes: the clock, the dedupe ring, and of the
+open session ``last_s``, the guard and the turn log. :func:`load` writes those
+parts of a state into a slot (and says, by the ``PY_ONLY`` flag, when a state does
+not fit: every event of that user then goes to the reference fold);
+:func:`materialize` builds the state back from the slot and the state object it
+was loaded from, which holds everything else. The round trip is the identity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from drift.baseline import UserBaselines
+from drift.evolve import evolve
+from drift.kernel.layout import (
+    BASELINING,
+    BLOCKING_NAMES,
+    DIRTY_SESSION,
+    EXPIRY_SLACK_S,
+    F_CLOCK,
+    F_LAST,
+    F_WINDOWS,
+    HAS_SESSION,
+    HIGH_RES_BLOCK,
+    I_BLOCKING,
+    I_CURRENT,
+    I_EARLY,
+    I_FLAGS,
+    I_LATE,
+    I_RING_HEAD,
+    I_RING_LEN,
+    I_SESSION,
+    I_STREAK,
+    I_TURNS,
+    I_WINDOW_N,
+    N_FEATURES,
+    PY_ONLY,
+    SESSION_EPHEMERAL,
+    Geometry,
+)
+from drift.model import DriftConfig
+from drift.state import Guard, RecentEvents, Row, TurnLog, UserState, WindowSums
+
+_FP_BYTES = 8
+_MASKS = {tuple(n for b, n in enumerate(BLOCKING_NAMES) if m >> b & 1): m for m in range(32)}
+_NAMES = {m: names for names, m in _MASKS.items()}
+
+
+def blocking_mask(blocking: tuple[str, ...]) -> int:
+    """The bit mask of a guard's blocking states; -1 if they are not in the guard's order.
+
+    >>> blocking_mask(("ae_active", "crisis")), blocking_mask(()), blocking_mask(("crisis", "x"))
+    (9, 0, -1)
+    """
+    return _MASKS.get(blocking, -1)
+
+
+def blocking_names(mask: int) -> tuple[str, ...]:
+    """
+    >>> blocking_names(9)
+    ('ae_active', 'crisis')
+    """
+    return _NAMES[mask]
+
+
+def expiry_hint(state: UserState, baselines: UserBaselines, config: DriftConfig) -> float:
+    """An event time before which none of ``baselines`` can be past its TTL (the kernel
+    hands off from there; :func:`drift.erasure.expiry_due` decides exactly).
+
+    >>> expiry_hint(UserState("u"), UserBaselines(), DriftConfig())
+    inf
+    """
+    metas = baselines.metas()
+    if not metas:
+        return float("inf")
+    used = state.last_used_s
+    return min(max(m.created_at_s, used) + config.ttl_s(m.mode) for m in metas) - EXPIRY_SLACK_S
+
+
+def _put_rows(rows: tuple[Row, ...], at: int, floats: list[float]) -> bool:
+    for r, row in enumerate(rows):
+        if len(row) != N_FEATURES:
+            return False
+        floats[at + r * N_FEATURES:at + (r + 1) * N_FEATURES] = row
+    return True
+
+
+def _load_turns(turns: TurnLog, ints: list[int], floats: list[float], g: Geometry) -> bool:
+    if len(turns.windows) != g.windows or len(turns.current_rows) > g.current \
+            or len(turns.early_rows) > g.early or len(turns.late_rows) > g.late:
+        return False
+    ints[I_TURNS] = turns.n_turns
+    ints[I_CURRENT] = len(turns.current_rows)
+    ints[I_EARLY] = len(turns.early_rows)
+    ints[I_LATE] = len(turns.late_rows)
+    for w, sums in enumerate(turns.windows):
+        if len(sums.total) != N_FEATURES or len(sums.squares) != N_FEATURES:
+            return False
+        ints[I_WINDOW_N + w] = sums.n
+        at = g.total_at(w)
+        floats[at:at + N_FEATURES] = sums.total
+        floats[at + N_FEATURES:at + 2 * N_FEATURES] = sums.squares
+    return (_put_rows(turns.current_rows, g.f_current, floats)
+            and _put_rows(turns.early_rows, g.f_early, floats)
+            and _put_rows(turns.late_rows, g.f_late, floats))
+
+
+def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.int64],
+         fcols: npt.NDArray[np.float64], rings: npt.NDArray[np.uint64], g: Geometry,
+         session_code: Callable[[str], int], turns_held: bool = False) -> bool:
+    """Write the kernel's part of ``state`` into ``slot``; returns whether it fits (if not,
+    the slot is flagged ``PY_ONLY``). ``session_code`` numbers session ids for the batch;
+    ``turns_held`` says the slot holds the open session's turn log already (the caller
+    knows it by identity), so only the rest is written.
+
+    >>> from drift.kernel.columns import UserColumns
+    >>> cols = UserColumns(DriftConfig())
+    >>> s = cols.slot("u")
+    >>> load(UserState("u", clock_s=7.0), float("inf"), s, *cols.arrays(), cols.geometry,
+    ...      cols.session_code)
+    True
+    >>> float(cols.fcols[s, F_CLOCK])
+    7.0
+    """
+    ring = state.recent.ring
+    held = len(ring) // _FP_BYTES
+    ok = g.supported and held <= g.ring and len(ring) % _FP_BYTES == 0
+    flags = 0
+    last_s = 0.0
+    mask = streak = 0
+    code = -1
+    session = state.session
+    turns_fit = True
+    if session is not None:
+        flags |= HAS_SESSION
+        last_s = session.last_s
+        if session.ephemeral:
+            flags |= SESSION_EPHEMERAL
+        guard = session.guard
+        mask = blocking_mask(guard.blocking)
+        ok = ok and mask >= 0
+        streak = guard.high_res_streak
+        if guard.high_res_block:
+            flags |= HIGH_RES_BLOCK
+        code = session_code(session.session_id)
+        if session.mode.keeps_baselines:
+            flags |= BASELINING
+            if not turns_held:
+                ints = [0] * g.i_width
+                floats = [0.0] * g.f_width
+                turns_fit = _load_turns(session.turns, ints, floats, g)
+                if turns_fit:
+                    icols[slot] = ints
+                    fcols[slot, F_WINDOWS:] = floats[F_WINDOWS:]
+    ok = ok and turns_fit
+    if not ok:
+        flags |= PY_ONLY
+        held = 0
+    elif held:
+        rings[slot, :held] = np.frombuffer(ring, dtype="<u8")
+    row = icols[slot]
+    row[I_FLAGS] = flags
+    row[I_RING_LEN] = held
+    row[I_RING_HEAD] = 0
+    row[I_STREAK] = streak
+    row[I_BLOCKING] = max(mask, 0)
+    row[I_SESSION] = code
+    fcols[slot, :F_WINDOWS] = (state.clock_s, last_s, expire_at_s)
+    return ok
+
+
+def _rows(floats: list[float], at: int, n: int) -> tuple[Row, ...]:
+    return tuple(tuple(floats[at + r * N_FEATURES:at + (r + 1) * N_FEATURES]) for r in range(n))
+
+
+def _grown(old: tuple[Row, ...], floats: list[float], at: int, n: int) -> tuple[Row, ...]:
+    """Rows ``0..n`` at ``at``, where the first ``len(old)`` are ``old`` (the kernel only
+    appends to them)."""
+    k = len(old)
+    if n == k:
+        return old
+    if n < k:
+        return _rows(floats, at, n)
+    return old + tuple(tuple(floats[at + r * N_FEATURES:at + (r + 1) * N_FEATURES])
+                       for r in range(k, n))
+
+
+def _turn_log(old: TurnLog, ints: list[int], floats: list[float], g: Geometry) -> TurnLog:
+    """The slot's turn log; ``old`` is the log the slot was loaded from or last built as,
+    whose unchanged parts are kept (a window whose count did not move did not change)."""
+    windows = []
+    for w in range(g.windows):
+        n = ints[I_WINDOW_N + w]
+        if w < len(old.windows) and old.windows[w].n == n:
+            windows.append(old.windows[w])
+            continue
+        at = g.total_at(w)
+        windows.append(WindowSums(n, tuple(floats[at:at + N_FEATURES]),
+                                  tuple(floats[at + N_FEATURES:at + 2 * N_FEATURES])))
+    return TurnLog(ints[I_TURNS], old.looks, tuple(windows),
+                   _grown(old.current_rows, floats, g.f_current, ints[I_CURRENT]),
+                   _grown(old.early_rows, floats, g.f_early, ints[I_EARLY]),
+                   _rows(floats, g.f_late, ints[I_LATE]))
+
+
+def ring_bytes(ring: npt.NDArray[np.uint64], held: int, head: int) -> bytes:
+    """A slot's ring as :attr:`drift.state.RecentEvents.ring`: fingerprints oldest first.
+
+    >>> ring_bytes(np.array([3, 1, 2], dtype=np.uint64), 3, 1) == bytes([1] + [0] * 7
+    ...     + [2] + [0] * 7 + [3] + [0] * 7)
+    True
+    """
+    if head:
+        ring = np.concatenate((ring[head:held], ring[:head]))
+    else:
+        ring = ring[:held]
+    return ring.astype("<u8").tobytes()
+
+
+def materialize(shell: UserState, slot: int, icols: npt.NDArray[np.int64],
+                fcols: npt.NDArray[np.float64], rings: npt.NDArray[np.uint64], g: Geometry
+                ) -> UserState:
+    """The state in ``slot``: ``shell`` (the state last loaded there) with the kernel's parts.
+
+    >>> from drift.kernel.columns import UserColumns
+    >>> cols = UserColumns(DriftConfig())
+    >>> s = cols.slot("u")
+    >>> state = UserState("u", clock_s=7.0, recent=RecentEvents().remember("e1", 128))
+    >>> _ = load(state, float("inf"), s, *cols.arrays(), cols.geometry, cols.session_code)
+    >>> materialize(UserState("u"), s, *cols.arrays(), cols.geometry) == state
+    True
+    """
+    ints = icols[slot].tolist()
+    floats = fcols[slot].tolist()
+    flags = ints[I_FLAGS]
+    recent = RecentEvents(ring_bytes(rings[slot], ints[I_RING_LEN], ints[I_RING_HEAD]))
+    session = shell.session
+    if session is None or not flags & DIRTY_SESSION:
+        return evolve(shell, clock_s=floats[F_CLOCK], recent=recent)
+    guard = Guard(blocking_names(ints[I_BLOCKING]), ints[I_STREAK],
+                  bool(flags & HIGH_RES_BLOCK))
+    if flags & BASELINING:
+        session = evolve(session, last_s=floats[F_LAST], guard=guard,
+                         turns=_turn_log(session.turns, ints, floats, g))
+    else:
+        session = evolve(session, last_s=floats[F_LAST], guard=guard)
+    return evolve(shell, clock_s=floats[F_CLOCK], recent=recent, session=session)

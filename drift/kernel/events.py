@@ -1,0 +1,120 @@
+"""A batch of FHR events as columns, in the order the kernel reads them.
+
+Everything the kernel needs of an event is a number: its user's slot, its kind,
+event time, the 64-bit fingerprint of its id (:func:`drift.state.event_hash`), its
+session's number in the batch, its flags (ephemeral; a turn's blocking states and
+reflection) and, for a turn, its six dynamics through
+:func:`drift.scoring.transform_turn` (computed here by the reference function, so
+the kernel adds the very floats the fold would).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from drift.governance import BLOCKING_SEVERITIES
+from drift.kernel.columns import UserColumns
+from drift.kernel.layout import (
+    EV_EPHEMERAL,
+    EV_REFLECTION,
+    KIND_MAY_ERASE,
+    KIND_OTHER,
+    KIND_TURN,
+    N_FEATURES,
+)
+from drift.model import FhrEvent, MemoryErase, ModeChanged, SessionStart, Turn
+from drift.scoring import transform_turn
+from drift.state import event_hash
+
+_NO_ROW = (0.0,) * N_FEATURES
+_MAY_ERASE = (SessionStart, MemoryErase, ModeChanged)
+_AE, _CARE_OVERRIDE, _CARE_COOLOFF, _CRISIS, _LEGAL_HOLD = 2, 4, 8, 16, 32
+
+
+@dataclass
+class EventColumns:
+    """One batch's events as arrays (``status`` is the kernel's output, one per event)."""
+
+    slots: npt.NDArray[np.int64]
+    kinds: npt.NDArray[np.int64]
+    ts_s: npt.NDArray[np.float64]
+    fingerprints: npt.NDArray[np.uint64]
+    sessions: npt.NDArray[np.int64]
+    flags: npt.NDArray[np.int64]
+    rows: npt.NDArray[np.float64]
+    status: npt.NDArray[np.int8]
+    slot_list: list[int]
+
+    @staticmethod
+    def of(columns: UserColumns, events: Sequence[FhrEvent]) -> EventColumns:
+        """Columns of ``events``; gives each new user a slot and numbers the sessions.
+
+        >>> from drift.model import DriftConfig
+        >>> e = FhrEvent("e1", "turn", 5.0, "u", "s", False, Turn.neutral(1, crisis=True))
+        >>> ev = EventColumns.of(UserColumns(DriftConfig()), [e])
+        >>> ev.kinds.tolist(), ev.flags.tolist(), ev.rows.shape
+        ([0], [16], (1, 6))
+        """
+        columns.begin_batch()
+        slot_of = columns.slot
+        code_of = columns.session_code
+        slots: list[int] = []
+        kinds: list[int] = []
+        ts: list[float] = []
+        sessions: list[int] = []
+        flags: list[int] = []
+        rows: list[tuple[float, ...]] = []
+        for e in events:
+            slots.append(slot_of(e.user_id))
+            ts.append(e.ts_s)
+            sessions.append(code_of(e.session_id))
+            body = e.body
+            f = EV_EPHEMERAL if e.ephemeral else 0
+            if type(body) is Turn:
+                try:
+                    row = transform_turn(body)
+                except Exception:  # noqa: BLE001 - the reference raises on it, and says so
+                    kinds.append(KIND_OTHER)
+                    rows.append(_NO_ROW)
+                    flags.append(f)
+                    continue
+                kinds.append(KIND_TURN)
+                rows.append(row)
+                if body.ae_severity in BLOCKING_SEVERITIES:
+                    f |= _AE
+                if body.care_override:
+                    f |= _CARE_OVERRIDE
+                if body.care_cooloff:
+                    f |= _CARE_COOLOFF
+                if body.crisis:
+                    f |= _CRISIS
+                if body.legal_hold:
+                    f |= _LEGAL_HOLD
+                if body.reflection:
+                    f |= EV_REFLECTION
+            else:
+                kinds.append(KIND_MAY_ERASE if isinstance(body, _MAY_ERASE) else KIND_OTHER)
+                rows.append(_NO_ROW)
+            flags.append(f)
+        for s in set(slots):
+            columns.bind_session(s)
+        n = len(slots)
+        fps = np.frombuffer(b"".join([event_hash(e.event_id) for e in events]), dtype="<u8")
+        return EventColumns(
+            np.array(slots, dtype=np.int64), np.array(kinds, dtype=np.int64),
+            np.array(ts, dtype=np.float64), fps.astype(np.uint64),
+            np.array(sessions, dtype=np.int64), np.array(flags, dtype=np.int64),
+            np.array(rows, dtype=np.float64).reshape(n, N_FEATURES),
+            np.zeros(n, dtype=np.int8), slots)
+
+    def arrays(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
+                              npt.NDArray[np.float64], npt.NDArray[np.uint64],
+                              npt.NDArray[np.int64], npt.NDArray[np.int64],
+                              npt.NDArray[np.float64], npt.NDArray[np.int8]]:
+        """The event arrays in the kernel's argument order."""
+        return (self.slots, self.kinds, self.ts_s, self.fingerprints, self.sessions,
+                self.flags, self.rows, self.status)

@@ -1,0 +1,204 @@
+"""The compiled kernel: a batch of events applied to the columns, up to the first hand-off.
+
+:func:`apply_turns` does, for the events it takes, exactly what
+:func:`drift.fold.step` does for them, on the columns of :mod:`drift.kernel.columns`:
+
+* a duplicate event id (any event type) is marked and changes nothing;
+* a turn of the open session (in any mode) moves the clock (held monotone), keeps
+  the fingerprint in the dedupe ring, moves the session's ``last_s``, folds the turn
+  into the guard (blocking states, the high-resonance streak) and, in a baselining
+  mode, adds its transformed row to the turn log (its window sums, the current
+  look, the early window and the late profile);
+* a turn of a session that is not open moves the clock and the ring only.
+
+It stops at the first event it cannot take and returns its index: any other event
+type, a turn that reaches a checkpoint or the re-attunement turn, a turn by whose
+time an idle close or an expiry may be due, an ephemeral turn of a durable session,
+a row that would not fit, a slot the columns cannot hold. The caller hands that
+event to the reference fold and calls again from the next one, so every user's
+events are applied in log order. The arithmetic is the reference's, in its order
+(no fast-math), so the sums are equal to the last bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from drift.kernel.jit import compiled
+from drift.kernel.layout import (
+    BASELINING,
+    DIRTY_SESSION,
+    DIRTY_USER,
+    EV_BLOCKING_SHIFT,
+    EV_EPHEMERAL,
+    EV_REFLECTION,
+    F_CLOCK,
+    F_EXPIRE,
+    F_LAST,
+    F_WINDOWS,
+    HAS_SESSION,
+    HIGH_RES_BLOCK,
+    I_BLOCKING,
+    I_CURRENT,
+    I_EARLY,
+    I_FLAGS,
+    I_LATE,
+    I_RING_HEAD,
+    I_RING_LEN,
+    I_SESSION,
+    I_STREAK,
+    I_TURNS,
+    I_WINDOW_N,
+    KIND_MAY_ERASE,
+    KIND_TURN,
+    N_FEATURES,
+    PY_ONLY,
+    SESSION_EPHEMERAL,
+    ST_APPLIED,
+    ST_DUPLICATE,
+)
+
+_SIGNATURE = ("i8(i8, b1, i8[::1], i8[::1], f8[::1], u8[::1], i8[::1], i8[::1], f8[:, ::1], "
+              "i1[::1], i8[:, ::1], f8[:, ::1], u8[:, ::1], i8[::1], f8[::1])")
+
+
+@compiled("void(i8, i8, i8, f8[:, ::1], i8[:, ::1], f8[:, ::1], i8, i8, i8, i8, i8, i8, i8)")
+def _add_turn(s: int, i: int, n_turns: int, ev_rows: npt.NDArray[np.float64],
+              icols: npt.NDArray[np.int64], fcols: npt.NDArray[np.float64], n_windows: int,
+              checkpoint_every: int, reattune_turn: int, cap_late: int, f_current: int,
+              f_early: int, f_late: int) -> None:
+    """:meth:`drift.state.TurnLog.add` of event ``i``'s row, in slot ``s``."""
+    w = (n_turns - 1) // checkpoint_every
+    w = min(w, n_windows - 1)
+    at = F_WINDOWS + w * 2 * N_FEATURES
+    for j in range(N_FEATURES):
+        x = ev_rows[i, j]
+        fcols[s, at + j] = fcols[s, at + j] + x
+        fcols[s, at + N_FEATURES + j] = fcols[s, at + N_FEATURES + j] + x * x
+    icols[s, I_WINDOW_N + w] += 1
+    icols[s, I_TURNS] = n_turns
+    cur = icols[s, I_CURRENT]
+    for j in range(N_FEATURES):
+        fcols[s, f_current + cur * N_FEATURES + j] = ev_rows[i, j]
+    icols[s, I_CURRENT] = cur + 1
+    if n_turns <= reattune_turn:
+        early = icols[s, I_EARLY]
+        for j in range(N_FEATURES):
+            fcols[s, f_early + early * N_FEATURES + j] = ev_rows[i, j]
+        icols[s, I_EARLY] = early + 1
+    late = icols[s, I_LATE]
+    if late >= cap_late:  # (late_rows + (row,))[-late_profile_turns:]
+        for k in range((cap_late - 1) * N_FEATURES):
+            fcols[s, f_late + k] = fcols[s, f_late + N_FEATURES + k]
+        late = cap_late - 1
+    for j in range(N_FEATURES):
+        fcols[s, f_late + late * N_FEATURES + j] = ev_rows[i, j]
+    icols[s, I_LATE] = late + 1
+
+
+@compiled(_SIGNATURE)
+def apply_turns(start: int, stop_before_erasure: bool,
+                ev_slot: npt.NDArray[np.int64], ev_kind: npt.NDArray[np.int64],
+                ev_ts: npt.NDArray[np.float64], ev_fp: npt.NDArray[np.uint64],
+                ev_session: npt.NDArray[np.int64], ev_flags: npt.NDArray[np.int64],
+                ev_rows: npt.NDArray[np.float64], status: npt.NDArray[np.int8],
+                icols: npt.NDArray[np.int64], fcols: npt.NDArray[np.float64],
+                rings: npt.NDArray[np.uint64], geom: npt.NDArray[np.int64],
+                params: npt.NDArray[np.float64]) -> int:
+    """Apply events ``start..`` until one must go to the reference; returns its index
+    (the number of events when none must). Marks each event taken in ``status``.
+
+    With ``stop_before_erasure`` it also stops at every event that may erase
+    (:func:`drift.fold.may_erase` decides exactly; the kernel stops at a superset).
+
+    >>> from drift.kernel.columns import UserColumns
+    >>> from drift.kernel.events import EventColumns
+    >>> from drift.model import DriftConfig, FhrEvent, Turn
+    >>> cols = UserColumns(DriftConfig())
+    >>> turn = FhrEvent("e1", "turn", 5.0, "u", "s", False, Turn.neutral(1))
+    >>> ev = EventColumns.of(cols, [turn, turn])
+    >>> apply_turns(0, False, *ev.arrays(), *cols.arrays(), *cols.geometry_arrays())
+    2
+    >>> ev.status.tolist(), cols.state_at(cols.slot("u")).clock_s
+    ([1, 2], 5.0)
+    """
+    n = ev_slot.shape[0]
+    n_windows, cap_current, cap_early, cap_late, cap_ring = geom[0], geom[1], geom[2], \
+        geom[3], geom[4]
+    f_current, f_early, f_late = geom[5], geom[6], geom[7]
+    checkpoint_turn, checkpoint_every, reattune_turn, high_res_turns = geom[8], geom[9], \
+        geom[10], geom[11]
+    idle_s, high_res = params[0], params[1]
+    for i in range(start, n):
+        s = ev_slot[i]
+        flags = icols[s, I_FLAGS]
+        if flags & PY_ONLY:
+            return i
+        ts = ev_ts[i]
+        clock = fcols[s, F_CLOCK]
+        ts = max(ts, clock)  # max(event.ts_s, state.clock_s)
+        kind = ev_kind[i]
+        expiry_near = ts >= fcols[s, F_EXPIRE]
+        if stop_before_erasure and (kind == KIND_MAY_ERASE or expiry_near):
+            return i
+        fp = ev_fp[i]
+        ring_len = icols[s, I_RING_LEN]
+        duplicate = False
+        for k in range(ring_len):
+            if rings[s, k] == fp:
+                duplicate = True
+                break
+        if duplicate:
+            status[i] = ST_DUPLICATE
+            continue
+        if kind != KIND_TURN or expiry_near:
+            return i
+        has_session = (flags & HAS_SESSION) != 0
+        if has_session and fcols[s, F_LAST] + idle_s <= ts:
+            return i  # the idle close is due first
+        matched = has_session and icols[s, I_SESSION] == ev_session[i]
+        baselining = matched and (flags & BASELINING) != 0
+        n_turns = icols[s, I_TURNS] + 1
+        if matched:
+            if (ev_flags[i] & EV_EPHEMERAL) != 0 and (flags & SESSION_EPHEMERAL) == 0:
+                return i
+            if baselining:
+                if n_turns >= checkpoint_turn \
+                        and (n_turns - checkpoint_turn) % checkpoint_every == 0:
+                    return i
+                if n_turns == reattune_turn or icols[s, I_CURRENT] >= cap_current:
+                    return i
+                if n_turns <= reattune_turn and icols[s, I_EARLY] >= cap_early:
+                    return i
+        # Taken: the dedupe ring keeps the fingerprint, dropping the oldest when full.
+        if ring_len >= cap_ring:
+            head = icols[s, I_RING_HEAD]
+            rings[s, head] = fp
+            icols[s, I_RING_HEAD] = (head + 1) % cap_ring
+        else:
+            rings[s, ring_len] = fp
+            icols[s, I_RING_LEN] = ring_len + 1
+        fcols[s, F_CLOCK] = ts
+        flags |= DIRTY_USER
+        if matched:
+            fcols[s, F_LAST] = max(fcols[s, F_LAST], ts)
+            ef = ev_flags[i]
+            icols[s, I_BLOCKING] = (ef >> EV_BLOCKING_SHIFT) & 31
+            if (ef & EV_REFLECTION) != 0:
+                icols[s, I_STREAK] = 0
+                flags &= ~HIGH_RES_BLOCK
+            elif ev_rows[i, 1] >= high_res:
+                streak = icols[s, I_STREAK] + 1
+                icols[s, I_STREAK] = streak
+                if streak >= high_res_turns:
+                    flags |= HIGH_RES_BLOCK
+            else:
+                icols[s, I_STREAK] = 0
+            if baselining:
+                _add_turn(s, i, n_turns, ev_rows, icols, fcols, n_windows, checkpoint_every,
+                          reattune_turn, cap_late, f_current, f_early, f_late)
+            flags |= DIRTY_SESSION
+        icols[s, I_FLAGS] = flags
+        status[i] = ST_APPLIED
+    return int(n)

@@ -1,0 +1,266 @@
+"""The batch kernel against the reference fold: the same effects, byte for byte, and states.
+
+Every log here goes through two paths: a loop of :func:`drift.fold.step` per event
+(the reference) and :func:`drift.kernel.fold_batch` over batches (the kernel, with the
+rare events handed to the reference). Outputs are compared as the bytes the worker
+publishes (``streams.wire.encode``) and as values; final states as values and as
+their encoded snapshots (``baselines.snapshot.encode_state``), baselines as values.
+No tolerance anywhere: the kernel adds the same floats in the same order as
+``TurnLog.add``, so the window sums are equal to the last bit.
+
+More examples: ``KERNEL_EXAMPLES=500 python -m pytest -q tests/drift/test_kernel.py``;
+the kernels as Python (coverage, debugging): ``NUMBA_DISABLE_JIT=1`` in front.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from baselines.snapshot import encode_state
+from drift.baseline import UserBaselines
+from drift.fold import initial, may_erase, step
+from drift.kernel import UserColumns, fold_batch
+from drift.kernel.layout import I_FLAGS, PY_ONLY
+from drift.model import (
+    Body,
+    DriftConfig,
+    FhrEvent,
+    MemoryWrite,
+    Mode,
+    SessionStart,
+    Turn,
+    event_type_of,
+)
+from drift.outputs import Effects
+from drift.state import UserState
+from streams.wire import encode
+from tests.drift.test_fold_properties import EVERY_ERASURE, MODELS, Plan, _events, plans
+from tests.streams.golden import golden_events
+
+EXAMPLES = int(os.environ.get("KERNEL_EXAMPLES", "25"))
+#: A small ring (it wraps within a few sessions) and checkpoints off the defaults' grid.
+SMALL = DriftConfig(recent_event_ids=6, checkpoint_turn=3, checkpoint_every=4,
+                    reattune_checkpoint_turn=4, windows=2, late_profile_turns=2)
+CONFIGS = (DriftConfig(), SMALL)
+
+
+@dataclass
+class Run:
+    effects: list[Effects]
+    states: dict[str, UserState]
+    baselines: dict[str, UserBaselines]
+
+
+def reference(events: Sequence[FhrEvent], config: DriftConfig) -> Run:
+    states: dict[str, UserState] = {}
+    baselines: dict[str, UserBaselines] = {}
+    effects = []
+    for e in events:
+        result = step(states.get(e.user_id) or initial(e.user_id),
+                      baselines.get(e.user_id, UserBaselines()), e, config)
+        states[e.user_id], baselines[e.user_id] = result.state, result.baselines
+        effects.append(result.effects)
+    return Run(effects, states, baselines)
+
+
+def kernel(events: Sequence[FhrEvent], config: DriftConfig, batch: int,
+           cols: UserColumns | None = None) -> tuple[Run, int]:
+    cols = cols or UserColumns(config, capacity=2)
+    effects: list[Effects] = []
+    handoffs = 0
+    for i in range(0, len(events), batch):
+        done = fold_batch(cols, events[i:i + batch], config)
+        assert done.stopped_at is None
+        handoffs += done.handoffs
+        for k in range(len(done.outcomes)):
+            eff = done.effects(k)
+            assert eff is not None, done.outcomes[k]
+            effects.append(eff)
+    users = {e.user_id for e in events}
+    return Run(effects, {u: cols.states[u] for u in users},
+               {u: cols.baselines[u] for u in users if u in cols.baselines}), handoffs
+
+
+def assert_same(ref: Run, got: Run, seed: object) -> None:
+    assert len(got.effects) == len(ref.effects), seed
+    for i, (a, b) in enumerate(zip(ref.effects, got.effects, strict=True)):
+        assert [encode(o) for o in a.outputs] == [encode(o) for o in b.outputs], (seed, i)
+        assert a == b, (seed, i)
+    assert ref.states.keys() == got.states.keys(), seed
+    for u, state in ref.states.items():
+        assert encode_state(got.states[u]) == encode_state(state), (seed, u)
+        assert got.states[u] == state, (seed, u)
+        assert got.baselines.get(u, UserBaselines()) == ref.baselines[u], (seed, u)
+
+
+def test_the_golden_log_gives_the_reference_effects_and_states() -> None:
+    events = []
+    for i, e in enumerate(golden_events()):  # every 7th sent twice, as golden_records does
+        events.append(e)
+        if i % 7 == 3:
+            events.append(e)
+    ref = reference(events, DriftConfig())
+    got, handoffs = kernel(events, DriftConfig(), 37)
+    assert_same(ref, got, "golden")
+    assert sum(e.duplicate for e in ref.effects) >= len(events) // 8
+    assert 0 < handoffs < len(events) // 2  # the kernel took most events
+
+
+def _users_log(sessions: list[list[Plan]], resend: int, eph_every: int, seed: int
+               ) -> list[FhrEvent]:
+    """Each user's drawn sessions, interleaved in an order drawn from ``seed`` (each user's
+    own order kept); every ``eph_every``-th event of the first user marked ephemeral."""
+    per_user = []
+    for u, plan in enumerate(sessions):
+        evs = [replace(e, user_id=f"u{u}", event_id=f"u{u}-{e.event_id}")
+               for e in _events(plan, resend)]
+        if u == 0 and eph_every:
+            evs = [replace(e, ephemeral=True) if k % eph_every == eph_every - 1 else e
+                   for k, e in enumerate(evs)]
+        per_user.append(evs)
+    rng = random.Random(seed)
+    order = [u for u, evs in enumerate(per_user) for _ in evs]
+    rng.shuffle(order)
+    cursors = [0] * len(per_user)
+    out = []
+    for u in order:
+        out.append(per_user[u][cursors[u]])
+        cursors[u] += 1
+    return out
+
+
+@settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(plans, min_size=1, max_size=6), min_size=1, max_size=3),
+       st.sampled_from([0, 0, 4, 9]), st.sampled_from([0, 0, 0, 5]), st.integers(0, 2**32),
+       st.sampled_from([1, 7, 64, 1000]), st.sampled_from(CONFIGS))
+@example([EVERY_ERASURE], 0, 0, 0, 64, DriftConfig())
+@example([EVERY_ERASURE, EVERY_ERASURE[::-1]], 3, 4, 1, 5, SMALL)
+def test_any_log_gives_the_reference_effects_and_states(
+        sessions: list[list[Plan]], resend: int, eph_every: int, seed: int, batch: int,
+        config: DriftConfig) -> None:
+    events = _users_log(sessions, resend, eph_every, seed)
+    tag = f"seed={seed} batch={batch} resend={resend} eph_every={eph_every}"
+    assert_same(reference(events, config), kernel(events, config, batch)[0], tag)
+
+
+turns = st.builds(
+    lambda k, res, refl, ae, flags: Turn.neutral(
+        k, resonance_depth=res, reflection=refl, ae_severity=ae, care_override=flags[0],
+        care_cooloff=flags[1], crisis=flags[2], legal_hold=flags[3]),
+    st.integers(1, 20), st.sampled_from([0.5, 0.8, 0.85, 0.95]),
+    st.sampled_from([False, False, False, True]),
+    st.sampled_from(["none", "none", "low", "med", "high"]),
+    st.sampled_from([(False,) * 4] * 4 + [(a, b, c, d) for a in (False, True) for b in
+                                          (False, True) for c in (False, True)
+                                          for d in (False, True)]))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from([Mode.FULL, Mode.LIGHT, Mode.SESSION_ONLY]),
+                          st.lists(turns, max_size=14)), min_size=1, max_size=4),
+       st.sampled_from([1, 5, 100]))
+@example([(Mode.SESSION_ONLY, [Turn.neutral(k, resonance_depth=0.9) for k in (1, 2, 3)]
+           + [Turn.neutral(4)]), (Mode.FULL, [Turn.neutral(1, resonance_depth=0.9)] * 3
+                                   + [Turn.neutral(4, legal_hold=True)])], 100)
+def test_the_guard_folds_every_blocking_state_as_the_reference(
+        sessions: list[tuple[Mode, list[Turn]]], batch: int) -> None:
+    """Drawn blocking states, resonance streaks and reflections (the guard's every path),
+    each session followed by a relational write that the guard's state decides."""
+    events: list[FhrEvent] = []
+
+    def add(sid: str, body: Body) -> None:
+        events.append(FhrEvent(f"g{len(events)}", event_type_of(body), 1.7e9 + 10.0 * len(events),
+                               "u", sid, False, body))
+
+    for i, (mode, ts) in enumerate(sessions):
+        add(f"s{i}", SessionStart(mode, "consent", MODELS[0], "g1", "p"))
+        for t in ts:
+            add(f"s{i}", t)
+        add(f"s{i}", MemoryWrite(3, "relational", "style", "scope", "consent", True))
+    assert_same(reference(events, DriftConfig()), kernel(events, DriftConfig(), batch)[0],
+                f"batch={batch}")
+
+
+def test_the_kernel_takes_plain_turns_and_hands_off_checkpoints() -> None:
+    events = _users_log([[Plan(Mode.FULL, 0, "g1", 12, 0.0, (), True, 60.0)] * 3], 0, 0, 0)
+    _, handoffs = kernel(events, DriftConfig(), 1000)
+    # Per session: the start, turns 5 and 10 (checkpoints, re-attunement) and the end.
+    assert handoffs == 3 * 4
+
+
+def test_a_state_that_does_not_fit_the_columns_is_folded_by_the_reference() -> None:
+    config = DriftConfig(recent_event_ids=4)
+    events = _users_log([[Plan(Mode.FULL, 0, "g1", 8, 0.0, (), True, 60.0)] * 2], 0, 0, 0)
+    ref = reference(events[:9], DriftConfig())  # a ring of 128 ids: too many for 4
+    cols = UserColumns(config)
+    cols.states["u0"], cols.baselines["u0"] = ref.states["u0"], ref.baselines["u0"]
+    assert cols.icols[cols.slot("u0"), I_FLAGS] & PY_ONLY
+    states = {"u0": ref.states["u0"]}
+    base = {"u0": ref.baselines["u0"]}
+    expected = []
+    for e in events[9:]:
+        r = step(states["u0"], base["u0"], e, config)
+        states["u0"], base["u0"] = r.state, r.baselines
+        expected.append(r.effects)
+    got = fold_batch(cols, events[9:], config)
+    assert [got.effects(i) for i in range(len(got.outcomes))] == expected
+    assert cols.states["u0"] == states["u0"]
+
+
+def test_a_state_round_trips_through_its_slot_at_every_event() -> None:
+    for config in CONFIGS:
+        cols = UserColumns(config)
+        state, baselines = initial("u0"), UserBaselines()
+        for e in _users_log([EVERY_ERASURE * 2], 5, 0, 0):
+            r = step(state, baselines, e, config)
+            state, baselines = r.state, r.baselines
+            cols.states["u0"] = state
+            cols.icols[cols.slot("u0"), I_FLAGS] |= 32 | 64  # force a rebuild from columns
+            assert cols.states["u0"] == state
+            assert encode_state(cols.states["u0"]) == encode_state(state)
+
+
+def test_stopping_before_an_erasure_stops_where_the_engine_would() -> None:
+    events = _users_log([EVERY_ERASURE, EVERY_ERASURE[1:]], 6, 0, 3)
+    ref_states: dict[str, UserState] = {}
+    ref_base: dict[str, UserBaselines] = {}
+    cols = UserColumns(DriftConfig())
+    rest = events
+    while rest:
+        stop = next((i for i, e in enumerate(rest)
+                     if may_erase(ref_states.get(e.user_id) or initial(e.user_id),
+                                  ref_base.get(e.user_id, UserBaselines()), e, DriftConfig())),
+                    None)
+        # The shell stops before an erasure, settles, then hands over the rest from there.
+        done = fold_batch(cols, rest, DriftConfig(), stop_before_erasure=bool(stop))
+        assert done.stopped_at == (stop if stop else None)
+        for k, e in enumerate(rest[:len(done.outcomes)]):
+            r = step(ref_states.get(e.user_id) or initial(e.user_id),
+                     ref_base.get(e.user_id, UserBaselines()), e, DriftConfig())
+            ref_states[e.user_id], ref_base[e.user_id] = r.state, r.baselines
+            assert done.effects(k) == r.effects
+        rest = rest[len(done.outcomes):]
+    for u, state in ref_states.items():
+        assert cols.states[u] == state
+
+
+def test_an_event_the_reference_raises_on_leaves_the_state_as_it_was() -> None:
+    bad = FhrEvent("bad", "turn", 2.0, "u", "s0", False,
+                   Turn.neutral(1, user_tokens="x"))  # type: ignore[arg-type]
+    cols = UserColumns(DriftConfig())
+    events = _users_log([[Plan(Mode.FULL, 0, "g1", 3, 0.0, (), False, 60.0)]], 0, 0, 0)
+    events = [replace(e, user_id="u") for e in events]
+    fold_batch(cols, events, DriftConfig())
+    before = cols.states["u"]
+    done = fold_batch(cols, [bad, events[-1]], DriftConfig())
+    assert isinstance(done.outcomes[0], TypeError), done.outcomes
+    assert done.effects(1) is not None and done.effects(1).duplicate
+    assert cols.states["u"] == before
