@@ -42,7 +42,7 @@ class Settings:
     log_level: str = "warning"
     history_versions: int = 8
     history_sessions: int = 64
-    compression: str = "lz4"
+    compression: str = "zstd"
     """The codec of every batch the worker produces (outputs and changelog): one of
     :data:`CODECS`."""
     drift: DriftConfig = field(default_factory=DriftConfig)
@@ -114,7 +114,7 @@ def load_settings(config_file: Path | None, overrides: dict[str, Any]) -> Settin
             values[name] = env
     values.update({k: v for k, v in overrides.items() if v is not None})
     typed = {k: _coerce(k, _SIMPLE[k], v) for k, v in values.items()}
-    if typed.get("compression", "lz4") not in CODECS:
+    if typed.get("compression", "zstd") not in CODECS:
         raise SettingsError(f"setting 'compression': {typed['compression']!r} is not a codec; "
                             f"use one of {', '.join(CODECS)}")
     return Settings(**typed, drift=drift_config(drift_values))

@@ -7,9 +7,9 @@ import pytest
 from streams.settings import CODECS, SettingsError, load_settings
 
 
-def test_the_worker_compresses_with_lz4_unless_told_otherwise(tmp_path, monkeypatch):
+def test_the_worker_compresses_with_zstd_unless_told_otherwise(tmp_path, monkeypatch):
     monkeypatch.delenv("CONTINUITY_COMPRESSION", raising=False)
-    assert load_settings(None, {}).compression == "lz4"
+    assert load_settings(None, {}).compression == "zstd"
     config = tmp_path / "w.toml"
     for codec in CODECS:
         config.write_text(f'[worker]\ncompression = "{codec}"\n')
