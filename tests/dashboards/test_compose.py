@@ -205,8 +205,9 @@ def test_dockerfile() -> None:
         for source in arg.split()[:-1]
     ]
     # What `pip install .` needs: the build config, the readme it names and every package.
+    found = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
     needed = {"pyproject.toml", pyproject["project"]["readme"],
-              *pyproject["tool"]["setuptools"]["packages"]}
+              *(name for name in found if "." not in name)}
     assert needed <= set(copied)
     for source in set(copied) - {pyproject["project"]["readme"]}:
         assert (REPO / source).exists(), source
