@@ -12,7 +12,7 @@ as the lists they were when they were tuples.
 >>> table = session_table([(2, summary)])
 >>> table.num_rows, table.column("max_tier").to_pylist(), table.column("partition").to_pylist()
 (1, ['low'], [2])
->>> offset_table("fhr.events", {0: 41, 3: 7}).column("next_offset").to_pylist()
+>>> offset_table("fhr.events", {0: 41, 3: 7}, {}).column("next_offset").to_pylist()
 [41, 7]
 """
 
@@ -118,14 +118,17 @@ def by_user(rows: Sequence[Sequence[Any]]) -> dict[str, UserBaselines]:
     return result
 
 
-def state_table(states: dict[str, tuple[int, UserState]]) -> pa.Table:
-    """``user_state`` rows: each user's partition and encoded state."""
+def state_table(states: dict[str, tuple[int, UserState]], as_of: dict[str, int]
+                ) -> pa.Table:
+    """``user_state`` rows: each user's partition, encoded state and the offset of their
+    partition that the state reflects the log up to."""
     users = list(states)
     return pa.table({
         "partition": pa.array([states[u][0] for u in users], pa.int32()),
         "user_id": pa.array(users, pa.string()),
         "state": pa.array([encode_state(states[u][1]) for u in users], pa.binary()),
         "clock": pa.array([states[u][1].clock_s for u in users], pa.float64()),
+        "as_of": pa.array([as_of.get(u, 0) for u in users], pa.int64()),
     })
 
 
@@ -169,11 +172,15 @@ def session_table(sessions: list[tuple[int, SessionSummary]]) -> pa.Table:
     })
 
 
-def offset_table(topic: str, offsets: dict[int, int]) -> pa.Table:
-    """``partition_offsets`` rows: the next offset to process of each partition of ``topic``."""
+def offset_table(topic: str, offsets: dict[int, int], replay_from: dict[int, int]
+                 ) -> pa.Table:
+    """``partition_offsets`` rows: the next offset to process of each partition of ``topic``,
+    and the offset a restore replays memory-only users from (the next offset if none)."""
     parts = list(offsets)
     return pa.table({
         "topic": pa.array([topic] * len(parts), pa.string()),
         "partition": pa.array(parts, pa.int32()),
         "next_offset": pa.array([offsets[p] for p in parts], pa.int64()),
+        "replay_from": pa.array([min(replay_from.get(p, offsets[p]), offsets[p])
+                                 for p in parts], pa.int64()),
     })

@@ -23,17 +23,27 @@ def user_ref(user_id: str) -> str:
     return derive_id("user-ref", user_id)
 
 
-def previous_erasure(con: duckdb.DuckDBPyConnection, request_id: str) -> ErasureResult | None:
-    """The result of an erasure request already carried out, or None."""
+def cause_ref(cause_event_id: str) -> str:
+    """The pseudonymous reference to the event that carried a request out."""
+    return derive_id("cause-ref", cause_event_id)
+
+
+def previous_erasure(con: duckdb.DuckDBPyConnection, request_id: str,
+                     cause_event_id: str | None = None) -> ErasureResult | None:
+    """The result of an erasure request already carried out, or None; ``repeat`` when
+    another event than ``cause_event_id`` carried it out."""
     rows = con.execute(
         "SELECT kind, baseline_id, versions, outcome FROM erasure_targets "
         "WHERE request_id = ? ORDER BY kind", [request_id]).fetchall()
     seen = con.execute(
-        "SELECT count(*) FROM erasure_requests WHERE request_id = ?", [request_id]).fetchone()
-    if not seen or not seen[0]:
+        "SELECT cause_ref FROM erasure_requests WHERE request_id = ?", [request_id]).fetchone()
+    if not seen:
         return None
+    repeat = cause_event_id is not None and seen[0] is not None \
+        and seen[0] != cause_ref(cause_event_id)
     return ErasureResult(request_id, tuple(
-        ErasureTarget(BaselineKind(k), b, v, ErasureOutcome(o)) for k, b, v, o in rows), True)
+        ErasureTarget(BaselineKind(k), b, v, ErasureOutcome(o)) for k, b, v, o in rows), True,
+        repeat)
 
 
 def erase(con: duckdb.DuckDBPyConnection, command: ErasureCommand,
@@ -60,8 +70,9 @@ def erase(con: duckdb.DuckDBPyConnection, command: ErasureCommand,
         con.execute("DELETE FROM session_summaries WHERE user_id = ?", [command.user_id])
     if command.replacement is not None:
         apply(con, Rows({"baseline_versions": baseline_table([(partition, command.replacement)])}))
-    con.execute("INSERT INTO erasure_requests VALUES (?, ?, ?, ?, ?)",
-                [command.request_id, ref, command.reason, command.ts_s, partition])
+    con.execute("INSERT INTO erasure_requests VALUES (?, ?, ?, ?, ?, ?)",
+                [command.request_id, ref, command.reason, command.ts_s, partition,
+                 cause_ref(command.cause_event_id)])
     targets = []
     for kind in sorted(kinds):
         baseline_id, versions = found[kind]

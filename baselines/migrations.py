@@ -73,4 +73,13 @@ MIGRATIONS: list[list[str]] = [
         # Erasure records follow their partition to a new owner (streams.changelog).
         "ALTER TABLE erasure_requests ADD COLUMN partition INTEGER DEFAULT -1",
     ],
+    [
+        # The offset a user's stored state reflects the log up to, and where a restore
+        # replays memory-only users from (docs/design.md, "Who is rebuilt from the log").
+        "ALTER TABLE user_state ADD COLUMN as_of BIGINT DEFAULT 0",
+        "ALTER TABLE partition_offsets ADD COLUMN replay_from BIGINT",
+        # Which event carried a request out (a pseudonymous reference): a repeat of the
+        # request by another event publishes no second receipt under the same id.
+        "ALTER TABLE erasure_requests ADD COLUMN cause_ref VARCHAR",
+    ],
 ]

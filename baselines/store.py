@@ -54,19 +54,28 @@ class BatchWrite:
     dropped_states: dict[str, int] = field(default_factory=dict)
     baselines: list[tuple[int, Baseline]] = field(default_factory=list)
     sessions: list[tuple[int, SessionSummary]] = field(default_factory=list)
+    as_of: dict[str, int] = field(default_factory=dict)
+    """The offset of its partition that each staged state reflects the log up to."""
+    replay_from: dict[int, int] = field(default_factory=dict)
+    """Per partition, the offset a restore replays memory-only users from (default: the
+    next offset, nothing to replay)."""
 
     def empty(self) -> bool:
         return not (self.offsets or self.states or self.dropped_states or self.baselines
                     or self.sessions)
 
-    def stage_state(self, user_id: str, partition: int, state: UserState | None) -> None:
-        """The user's latest state to store, or None to drop the user's stored state."""
+    def stage_state(self, user_id: str, partition: int, state: UserState | None,
+                    as_of: int = 0) -> None:
+        """The user's latest state to store (reflecting the partition's log up to offset
+        ``as_of``), or None to drop the user's stored state."""
         if state is None:
             self.states.pop(user_id, None)
+            self.as_of.pop(user_id, None)
             self.dropped_states[user_id] = partition
         else:
             self.dropped_states.pop(user_id, None)
             self.states[user_id] = (partition, state)
+            self.as_of[user_id] = as_of
 
 
 @dataclass(frozen=True)
@@ -162,6 +171,19 @@ class BaselineStore:
                 "SELECT partition, next_offset FROM partition_offsets WHERE topic = ?",
                 [topic]).fetchall()
         return {int(p): int(o) for p, o in rows}
+
+    def replay_offsets(self, topic: str) -> dict[int, int]:
+        """Per partition of ``topic``, the offset a restore replays memory-only users from."""
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT partition, coalesce(replay_from, next_offset) FROM partition_offsets "
+                "WHERE topic = ?", [topic]).fetchall()
+        return {int(p): int(o) for p, o in rows}
+
+    def state_offsets(self, partitions: Iterable[int]) -> dict[str, int]:
+        """The offset each stored state of ``partitions`` reflects its partition's log up to."""
+        return {u: int(o) for u, o in self._of_partitions(
+            "SELECT user_id, as_of FROM user_state", partitions)}
 
     def load_states(self, partitions: Iterable[int]) -> dict[str, UserState]:
         rows = self._of_partitions("SELECT user_id, state FROM user_state", partitions)
@@ -261,13 +283,14 @@ class BaselineStore:
         """The rows ``batch`` writes, as Arrow tables: what DuckDB and the changelog take."""
         tables: dict[str, pa.Table] = {}
         if batch.states:
-            tables["user_state"] = state_table(batch.states)
+            tables["user_state"] = state_table(batch.states, batch.as_of)
         if batch.baselines:
             tables["baseline_versions"] = baseline_table(batch.baselines)
         if batch.sessions:
             tables["session_summaries"] = session_table(batch.sessions)
         if batch.offsets:
-            tables["partition_offsets"] = offset_table(batch.topic, batch.offsets)
+            tables["partition_offsets"] = offset_table(batch.topic, batch.offsets,
+                                                       batch.replay_from)
         return Rows(tables, tuple(sorted(batch.dropped_states)))
 
     def apply_rows(self, rows: Rows) -> None:
@@ -342,12 +365,15 @@ class BaselineStore:
     def erase(self, command: ErasureCommand, partition: int) -> ErasureResult:
         """Remove every version of the command's kinds for its user, leaving tombstones.
 
-        Idempotent by request id: a repeated request returns the first result.
+        Idempotent by request id: a repeated request returns the first result (``repeat``
+        when another event than the command's carried it out).
         ``verified`` is set per target only after re-reading it and finding nothing.
         An erasure of every kind also drops the user's state and session rows.
         The freed pages still hold old bytes until :meth:`compact` runs.
         """
-        previous = self.previous_erasure(command.request_id)
+        with self._lock:
+            previous = erasure.previous_erasure(self._con, command.request_id,
+                                                command.cause_event_id)
         if previous is not None:
             return previous
         with self._transaction() as con:

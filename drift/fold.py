@@ -36,6 +36,7 @@ from drift.model import (
     MemoryWriteBlocked,
     Mode,
     ModeChanged,
+    ModelTriple,
     NoticeShown,
     Semantic,
     SessionEnd,
@@ -46,7 +47,7 @@ from drift.model_change import check_disclosure, detect, notice_shown, reattune
 from drift.outputs import NO_EFFECTS, Effects, ErasureCommand, Output, SessionSummary
 from drift.rebaseline import MAX_SEMANTIC_ITEMS, fold_session, reconfirm
 from drift.scoring import safety_drift, transform_turn
-from drift.state import SessionState, TurnLog, UserState, event_hash
+from drift.state import RecentEvents, SessionState, TurnLog, UserState, event_hash
 
 
 @fast_init
@@ -60,6 +61,9 @@ class Step:
 
 
 DUPLICATE = Effects(duplicate=True)
+#: The model of a session restarted by a retroactive change to a mode that keeps nothing
+#: (such a session compares nothing with any model).
+NO_MODEL = ModelTriple("", "", "")
 
 
 def initial(user_id: str) -> UserState:
@@ -78,6 +82,9 @@ def step(state: UserState, baselines: UserBaselines, event: FhrEvent, config: Dr
     fingerprint = event_hash(event.event_id)
     if state.recent.holds(fingerprint):
         return Step(state, baselines, DUPLICATE)
+    if state.memory_only and state.session is not None and _before_session(state.session,
+                                                                             event):
+        return Step(state, baselines)
     ts = max(event.ts_s, state.clock_s)
     ctx = StepContext(event.event_id, event.session_id, ts, config)
     swept = sweep(state, baselines, ts, config, ctx) if due(state, baselines, ts, config) \
@@ -98,9 +105,46 @@ def step(state: UserState, baselines: UserBaselines, event: FhrEvent, config: Dr
         else:
             touched = evolve(state, clock_s=ts, recent=recent, session=evolve(session, **touch))
             handled = _dispatch(touched, baselines, event, ctx)
-    if swept is None or swept.effects.empty:
-        return handled
-    return Step(handled.state, handled.baselines, swept.effects + handled.effects)
+    if swept is not None and not swept.effects.empty:
+        handled = Step(handled.state, handled.baselines, swept.effects + handled.effects)
+    if handled.state.memory_only:
+        return _kept_in_memory(state, handled, event, config)
+    return handled
+
+
+def _before_session(session: SessionState, event: FhrEvent) -> bool:
+    """Whether an event of a memory-only user belongs to no session they can have open:
+    older than the open session, or of another session and not a newer start. Nothing of
+    the user from before the open session is kept, so such an event (a late duplicate, most
+    often) does nothing rather than being taken for new."""
+    if event.ts_s < session.started_s:
+        return True
+    return event.session_id != session.session_id and not isinstance(event.body, SessionStart)
+
+
+def _kept_in_memory(before: UserState, result: Step, event: FhrEvent, config: DriftConfig
+                    ) -> Step:
+    """What is kept of a user nothing of whom may outlive the process: only the session
+    that is open, from its start (or from a retroactive change to a mode that keeps
+    nothing). Outside a session such a user is a user never seen. So their state is a
+    function of the log since that session's first record, and a replay from there
+    (after a crash, on a new owner) rebuilds it exactly; the effects are the step's."""
+    after, body = result.state, event.body
+    if isinstance(body, ModeChanged) and body.retroactive and not body.to_mode.keeps_baselines:
+        # Only what follows the change counts: the session goes on in the new mode as if
+        # it had started here (nothing before it may be kept).
+        ts = event.ts_s
+        session = SessionState(event.session_id, body.to_mode, ts, ts, NO_MODEL, ("", "", ""),
+                               event.ephemeral, TurnLog.start(config))
+        fresh = UserState(before.user_id, body.to_mode, ts, recent=RecentEvents().keep(
+            event_hash(event.event_id), config.recent_event_ids), session=session)
+        return Step(fresh, UserBaselines(), result.effects)
+    if after.session is None:
+        return Step(initial(after.user_id), UserBaselines(), result.effects)
+    if isinstance(body, SessionStart) and before != initial(before.user_id):
+        restarted = step(initial(before.user_id), UserBaselines(), event, config)
+        return Step(restarted.state, restarted.baselines, result.effects)
+    return result
 
 
 def may_erase(state: UserState, baselines: UserBaselines, event: FhrEvent, config: DriftConfig
@@ -190,6 +234,9 @@ def sweep(state: UserState, baselines: UserBaselines, now_s: float, config: Drif
     """
     state, baselines, commands = expire(state, baselines, now_s, config, cause)
     closed = close_idle(state, baselines, now_s, config)
+    if closed.state.memory_only and closed.state.session is None \
+            and closed.state != initial(state.user_id):
+        closed = Step(initial(state.user_id), UserBaselines(), closed.effects)
     if not commands:
         return closed
     return Step(closed.state, closed.baselines, Effects(writes=commands) + closed.effects)

@@ -255,6 +255,9 @@ class ErasureResult:
     request_id: str
     targets: tuple[ErasureTarget, ...]
     replayed: bool
+    repeat: bool = False
+    """Carried out before for another event with the same request id, whose receipt (the
+    same id) was published then."""
 
     @property
     def outcome(self) -> ErasureOutcome:

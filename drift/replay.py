@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from drift.baseline import UserBaselines
 from drift.fold import initial, step, sweep
 from drift.model import DriftConfig, FhrEvent, Tick
-from drift.outputs import Output
+from drift.outputs import ErasureCommand, Output
 from drift.state import UserState
 
 
@@ -23,6 +23,9 @@ class MemoryReplay:
     config: DriftConfig
     states: dict[str, UserState] = field(default_factory=dict)
     baselines: dict[str, UserBaselines] = field(default_factory=dict)
+    erasures: list[ErasureCommand] = field(default_factory=list)
+    """Every erasure the fold asked for, in order (the worker carries each out and
+    publishes its receipt)."""
 
     def feed(self, event: FhrEvent) -> tuple[Output, ...]:
         user_id = event.user_id
@@ -30,7 +33,11 @@ class MemoryReplay:
         result = step(state, self.baselines.get(user_id, UserBaselines()), event, self.config)
         self.states[user_id] = result.state
         self.baselines[user_id] = result.baselines
+        self._keep_erasures(result.effects.writes)
         return result.effects.outputs
+
+    def _keep_erasures(self, writes: Iterable[object]) -> None:
+        self.erasures.extend(w for w in writes if isinstance(w, ErasureCommand))
 
     def tick(self, tick: Tick, user_ids: Iterable[str]) -> tuple[Output, ...]:
         """A tick of the partition that holds ``user_ids``: each of them swept at its time,
@@ -41,6 +48,7 @@ class MemoryReplay:
                            tick.ts_s, self.config)
             self.states[user_id] = result.state
             self.baselines[user_id] = result.baselines
+            self._keep_erasures(result.effects.writes)
             out += result.effects.outputs
         return out
 

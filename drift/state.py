@@ -209,6 +209,19 @@ class UserState:
             return False
         return self.session is None or not self.session.ephemeral
 
+    @property
+    def memory_only(self) -> bool:
+        """Whether nothing of this user may outlive the process: a mode that keeps no
+        baselines, or no session yet that was not ephemeral. Such a user is forgotten once
+        idle (:func:`drift.fold.sweep`), and after a crash rebuilt from the log alone. A
+        durable user in an ephemeral session is not memory-only: their state from before
+        it stays stored.
+
+        >>> UserState("u").memory_only, UserState("u", Mode.FULL, durable=True).memory_only
+        (True, False)
+        """
+        return not (self.durable and self.mode is not None and self.mode.keeps_baselines)
+
     def open_session(self, session_id: str) -> SessionState | None:
         """The open session if it is ``session_id``."""
         s = self.session

@@ -157,6 +157,14 @@ class Engine:
         self.stored: set[str] = set()
         """Users with a stored state: only theirs is dropped when it stops being persistable,
         so a user who never had one is never named in the store or the changelog."""
+        self.as_of: dict[str, int] = {}
+        """The offset of its partition that each stored state reflects the log up to."""
+        self.memory_since: dict[str, int] = {}
+        """Users whose state in memory is not the stored one (memory-only users in a session,
+        durable users in an ephemeral one): the offset replaying them from rebuilds it."""
+        self.replaying: dict[int, int] = {}
+        """Partitions being replayed after a restore: the next offset to replay, below the
+        partition's next offset (records there rebuild memory-only users, silently)."""
         self.watermarks: dict[int, float] = {}
         """The newest event time seen on each partition (what a tick starts from)."""
         self.seen_at: dict[int, float] = {}
@@ -174,15 +182,19 @@ class Engine:
         if not new:
             return
         offsets = self.store.offsets(topics.INPUT)
+        replay = self.store.replay_offsets(topics.INPUT)
         now = self.clock()
         for p in sorted(new):
             states = self.store.load_states([p])
             baselines = self.store.load_baselines([p])
             self.states.update(states)
             self.stored.update(states)
+            self.as_of.update(self.store.state_offsets([p]))
             self.baselines.update(baselines)
             self.user_partition.update({u: p for u in (*states, *baselines)})
             self.next_offsets[p] = offsets.get(p, 0)
+            if replay.get(p, self.next_offsets[p]) < self.next_offsets[p]:
+                self.replaying[p] = replay[p]
             self.watermarks[p] = max((s.clock_s for s in states.values()), default=0.0)
             self.seen_at[p] = now
         self.partitions |= new
@@ -198,12 +210,19 @@ class Engine:
             self.baselines.pop(u, None)
             self.user_partition.pop(u, None)
             self.stored.discard(u)
+            self.as_of.pop(u, None)
+            self.memory_since.pop(u, None)
         for p in gone:
             self.next_offsets.pop(p, None)
+            self.replaying.pop(p, None)
             self.watermarks.pop(p, None)
             self.seen_at.pop(p, None)
         self.partitions -= gone
         self.refresh_gauges()
+
+    def fetch_from(self, partition: int) -> int:
+        """The offset to read ``partition`` from: the replay's, if one is under way."""
+        return self.replaying.get(partition, self.next_offsets.get(partition, 0))
 
     # ------------------------------------------------------------------ batches
 
@@ -237,6 +256,8 @@ class Engine:
         for index, (record, item) in enumerate(
                 zip(records, decoded or self.decode(records), strict=True)):
             if record.offset < self.next_offsets.get(record.partition, 0):
+                if record.offset >= self.replaying.get(record.partition, 1 << 62):
+                    self._replay(record, item)
                 continue
             if isinstance(item, FhrEvent):
                 state = self.states.get(item.user_id) or initial(item.user_id)
@@ -253,7 +274,7 @@ class Engine:
             self.seen_at[record.partition] = now
             if isinstance(item, Tick):
                 if item.app_id == self.app_id:
-                    self._tick(record.partition, item.ts_s, batch, touched)
+                    self._tick(record.partition, record.offset, item.ts_s, batch, touched)
                 continue
             if isinstance(item, FhrEvent):
                 try:
@@ -261,7 +282,7 @@ class Engine:
                 except Exception as exc:  # noqa: BLE001 - the fold is pure: state unchanged
                     item = _processing_error(exc, item.event_id, record)
                 else:
-                    if self._process_event(item, result, record.partition, batch, touched,
+                    if self._process_event(item, state, result, record, batch, touched,
                                            now):
                         batch.source_timestamps.append(record.timestamp)
                     continue
@@ -277,21 +298,80 @@ class Engine:
         except Exception:  # noqa: BLE001 - step raises too, and dead-letters the record
             return False
 
-    def _process_event(self, event: FhrEvent, result: Step, partition: int,
-                       batch: PendingBatch, touched: dict[str, int], now: float) -> bool:
+    def _process_event(self, event: FhrEvent, before: UserState, result: Step,
+                       record: InputRecord, batch: PendingBatch, touched: dict[str, int],
+                       now: float) -> bool:
         """Count and carry out one event's step; whether it has outputs."""
         self._count_event(event)
         self._lags.append(max(0.0, now - event.ts_s))
-        user_id = event.user_id
+        user_id, partition = event.user_id, record.partition
         self.user_partition[user_id] = partition
         if event.ts_s > self.watermarks.get(partition, 0.0):
             self.watermarks[partition] = event.ts_s
         if result.effects.duplicate:
-            self.states.setdefault(user_id, result.state)
             return False
         self._apply(result, partition, batch)
+        self._track(before, result.state, partition, record.offset)
         touched[user_id] = partition
         return bool(result.effects.outputs)
+
+    def _track(self, before: UserState, state: UserState, partition: int, offset: int,
+               silent: bool = False) -> None:
+        """Keep :attr:`memory_since` after the record at ``offset`` moved a user from
+        ``before`` to ``state``, and forget a memory-only user outside a session (the
+        fold made them a user never seen). A durable user who opens an ephemeral session
+        keeps the stored state from before it, staged here as of this record."""
+        user_id = state.user_id
+        if state.persistable:
+            self.memory_since.pop(user_id, None)
+        elif state.memory_only:
+            if state.session is None:
+                self.states.pop(user_id, None)
+                self.baselines.pop(user_id, None)
+                self.memory_since.pop(user_id, None)
+            else:
+                self.memory_since.setdefault(user_id, offset)
+        else:
+            if before.persistable and not silent:
+                self.pending.stage_state(user_id, partition, before, offset)
+                self.stored.add(user_id)
+                self.as_of[user_id] = offset
+            self.memory_since.setdefault(user_id, self.as_of.get(user_id, offset))
+
+    def _replay(self, record: InputRecord, item: FhrEvent | Tick | Rejection) -> None:
+        """A record below the stored next offset, read again after a restore: applied in
+        memory only, to the users the store does not hold as of it (memory-only users and
+        durable users in an ephemeral session), with no effect carried out: its outputs
+        were published and its writes stored before the checkpoint."""
+        p, offset = record.partition, record.offset
+        if offset + 1 >= self.next_offsets.get(p, 0):
+            self.replaying.pop(p, None)
+        else:
+            self.replaying[p] = offset + 1
+        if isinstance(item, Tick):
+            if item.app_id != self.app_id:
+                return
+            for user_id in self._users_of(p):
+                if self.as_of.get(user_id, -1) <= offset:
+                    state = self.states[user_id]
+                    result = sweep(state, self.baselines.get(user_id, NO_BASELINES),
+                                   item.ts_s, self.config)
+                    self._keep(state, result, p, offset)
+        elif isinstance(item, FhrEvent) and self.as_of.get(item.user_id, -1) <= offset:
+            state = self.states.get(item.user_id) or initial(item.user_id)
+            try:
+                result = step(state, self.baselines.get(item.user_id, NO_BASELINES), item,
+                              self.config)
+            except Exception:  # noqa: BLE001 - dead-lettered when it was first processed
+                return
+            if not result.effects.duplicate:
+                self.user_partition[item.user_id] = p
+                self._keep(state, result, p, offset)
+
+    def _keep(self, before: UserState, result: Step, partition: int, offset: int) -> None:
+        self.states[before.user_id] = result.state
+        self.baselines[before.user_id] = result.baselines
+        self._track(before, result.state, partition, offset, silent=True)
 
     def _apply(self, result: Step, partition: int, batch: PendingBatch) -> None:
         """Keep a step's state and carry out its effects: store writes, then messages."""
@@ -321,7 +401,8 @@ class Engine:
         batch.erased.add(partition)
         self._count_erasure(result)
         done = receipt(command, result)
-        self._publish(batch, done, partition)
+        if not result.repeat:  # else its receipt went out with the first request
+            self._publish(batch, done, partition)
         return done
 
     def _flush_pending(self, user_id: str) -> None:
@@ -375,15 +456,20 @@ class Engine:
 
     def _stage_states(self, batch: PendingBatch, touched: dict[str, int]) -> None:
         for user_id, partition in touched.items():
-            self._stage(user_id, partition, self.states[user_id])
+            self._stage(user_id, partition, self.states.get(user_id) or initial(user_id))
 
     def _stage(self, user_id: str, partition: int, state: UserState) -> None:
+        """Stage a user's state as of the partition's next offset; a memory-only user's
+        stored state goes (a durable user in an ephemeral session keeps theirs)."""
         if state.persistable:
-            self.pending.stage_state(user_id, partition, state)
+            as_of = self.next_offsets.get(partition, 0)
+            self.pending.stage_state(user_id, partition, state, as_of)
             self.stored.add(user_id)
-        elif user_id in self.stored:
+            self.as_of[user_id] = as_of
+        elif state.memory_only and user_id in self.stored:
             self.pending.stage_state(user_id, partition, None)
             self.stored.discard(user_id)
+            self.as_of.pop(user_id, None)
 
     # ------------------------------------------------------------------ metrics
 
@@ -514,8 +600,8 @@ class Engine:
         return any(expiry_due(self.states[u], self.baselines.get(u, NO_BASELINES), ts_s,
                               self.config) for u in self._users_of(partition))
 
-    def _tick(self, partition: int, ts_s: float, batch: PendingBatch, touched: dict[str, int]
-              ) -> None:
+    def _tick(self, partition: int, offset: int, ts_s: float, batch: PendingBatch,
+              touched: dict[str, int]) -> None:
         """Every user of ``partition`` swept at ``ts_s``, in the order of their ids
         (:meth:`drift.replay.MemoryReplay.tick` is the same)."""
         self._count(self.metrics.ticks)
@@ -525,6 +611,7 @@ class Engine:
             if result.effects.empty and result.state is state:
                 continue
             self._apply(result, partition, batch)
+            self._track(state, result.state, partition, offset)
             touched[user_id] = partition
 
     # ------------------------------------------------------------------ review API
@@ -549,6 +636,10 @@ class Engine:
     def take_checkpoint(self) -> BatchWrite:
         """Everything changed since the last checkpoint, for one transaction; starts anew."""
         write, self.pending = self.pending, BatchWrite(topic=topics.INPUT)
+        for user_id, since in self.memory_since.items():
+            p = self.user_partition.get(user_id, -1)
+            if p in write.offsets:
+                write.replay_from[p] = min(since, write.replay_from.get(p, since))
         self.refresh_gauges()
         return write
 

@@ -282,7 +282,7 @@ class Worker:
         client = self._raw_client
         found = False
         for p in sorted(self.engine.partitions):
-            start = self.engine.next_offsets.get(p, 0)
+            start = self.engine.fetch_from(p)
             raw = await self._until_done("reading a batch by hand", partial(
                 fetch_raw, client, topics.INPUT, p, start))
             walked = read_batches(raw, p, start)
@@ -294,7 +294,7 @@ class Worker:
             await self._publish(self.engine.unreadable(p, bad.first_offset, bad.last_offset,
                                                        bad.fault.value))
         for p in self.engine.partitions:
-            consumer.seek(TopicPartition(topics.INPUT, p), self.engine.next_offsets.get(p, 0))
+            consumer.seek(TopicPartition(topics.INPUT, p), self.engine.fetch_from(p))
         if not found:
             raise error
 
@@ -454,7 +454,7 @@ class Worker:
                 await asyncio.to_thread(self.store.compact)
             self.engine.assign(partitions)
             for p in new:
-                consumer.seek(TopicPartition(topics.INPUT, p), self.engine.next_offsets.get(p, 0))
+                consumer.seek(TopicPartition(topics.INPUT, p), self.engine.fetch_from(p))
         finally:
             self.restoring = False
         gc.collect()

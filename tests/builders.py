@@ -12,7 +12,9 @@ from drift.model import (
     Body,
     FhrEvent,
     MemoryErase,
+    MemoryWrite,
     Mode,
+    ModeChanged,
     ModelTriple,
     SessionEnd,
     SessionStart,
@@ -75,3 +77,39 @@ class UserScript:
 
     def erase(self, session_id: str, scope: str = "all", request_id: str = "req-1") -> FhrEvent:
         return self.emit(session_id, MemoryErase("relational", scope, "user_request", request_id))
+
+
+def relational_writes(turns: int, confirmed: bool) -> list[MemoryWrite]:
+    """A relational write every third turn of a session of ``turns`` turns."""
+    return [MemoryWrite(k, "relational", "topic", "user", "consent-1", confirmed)
+            for k in range(2, turns, 3)]
+
+
+def memory_only_users() -> list[FhrEvent]:
+    """Users whose outputs come from state that only memory holds: long stateless and
+    session_only sessions with relational writes (violations), a durable user's long
+    ephemeral session (scores from its turns), a first session off the record, and
+    downgrades to a mode that keeps nothing, at a session start and retroactively."""
+    out: list[FhrEvent] = []
+    for i in range(3):
+        stateless = UserScript(f"mem-stateless-{i}", ts=1.7e9, seed=40 + i)
+        stateless.session("sl-1", turns=30, mode=Mode.STATELESS, extra=relational_writes(30, True))
+        stateless.session("sl-2", turns=30, mode=Mode.SESSION_ONLY, extra=relational_writes(30, True))
+        durable = UserScript(f"mem-durable-{i}", ts=1.7e9, seed=50 + i)
+        for k in range(3):
+            durable.session(f"d-{k}")
+        durable.session("d-off", turns=30, ephemeral=True, extra=relational_writes(30, False))
+        durable.session("d-back", turns=12)
+        durable.session("d-down", turns=20, mode=Mode.SESSION_ONLY, extra=relational_writes(20, True))
+        first = UserScript(f"mem-first-{i}", ts=1.7e9, seed=60 + i)
+        first.session("f-off", turns=25, ephemeral=True, extra=relational_writes(25, False))
+        retro = UserScript(f"mem-retro-{i}", ts=1.7e9, seed=70 + i)
+        for k in range(3):
+            retro.session(f"r-{k}")
+        retro.session("r-open", turns=8, end=False)
+        retro.emit("r-open", ModeChanged(Mode.FULL, Mode.STATELESS, "consent-2", True))
+        for write in relational_writes(20, True):
+            retro.emit("r-open", retro.turn(write.turn))
+            retro.emit("r-open", write)
+        out += stateless.events + durable.events + first.events + retro.events
+    return out

@@ -157,7 +157,7 @@ def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.
                 if turns_fit:
                     icols[slot] = ints
                     fcols[slot, F_WINDOWS:] = floats[F_WINDOWS:]
-    ok = ok and turns_fit
+    ok = ok and turns_fit and not state.memory_only  # their rules are the reference's
     if not ok:
         flags |= PY_ONLY
         held = 0

@@ -9,10 +9,9 @@
   into the guard (blocking states, the high-resonance streak) and, in a baselining
   mode, adds its transformed row to the turn log (its window sums, the current
   look, the early window and the late profile);
-* a turn of a session that is not open moves the clock and the ring only.
 
 It stops at the first event it cannot take and returns its index: any other event
-type, a turn that reaches a checkpoint or the re-attunement turn, a turn by whose
+type, a turn of a session that is not open, a turn that reaches a checkpoint or the re-attunement turn, a turn by whose
 time an idle close or an expiry may be due, an ephemeral turn of a durable session,
 a row that would not fit, a slot the columns cannot hold. The caller hands that
 event to the reference fold and calls again from the next one, so every user's
@@ -158,6 +157,8 @@ def apply_turns(start: int, stop_before_erasure: bool,
         if has_session and fcols[s, F_LAST] + idle_s <= ts:
             return i  # the idle close is due first
         matched = has_session and icols[s, I_SESSION] == ev_session[i]
+        if not matched:
+            return i  # a turn of a session not open (a memory-only user stays unseen)
         baselining = matched and (flags & BASELINING) != 0
         n_turns = icols[s, I_TURNS] + 1
         if matched:

@@ -108,7 +108,8 @@ def test_the_golden_log_gives_the_reference_effects_and_states() -> None:
     ref = reference(events, DriftConfig())
     got, handoffs = kernel(events, DriftConfig(), 37)
     assert_same(ref, got, "golden")
-    assert sum(e.duplicate for e in ref.effects) >= len(events) // 8
+    # (duplicates of memory-only users after their session are new events again)
+    assert sum(e.duplicate for e in ref.effects) >= len(events) // 10
     assert 0 < handoffs < len(events) // 2  # the kernel took most events
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from drift.baseline import derive_id
 from drift.model import DriftConfig, FhrEvent, Tick
 from drift.outputs import dead_letter_id
 from drift.replay import MemoryReplay
@@ -23,6 +24,7 @@ from drift.simulation import Scenario, SimParams, simulate
 from streams import topics
 from streams.codec import Rejection, decode_record, encode_event
 from streams.wire import encode
+from tests.builders import memory_only_users
 from tests.conftest import events_processed, wait_until
 
 APP_ID = "continuity-drift"
@@ -38,11 +40,16 @@ CONFIG = {"worker": {"checkpoint_interval_s": 0.3, "quiet_after_s": 1.0}}
 
 
 def _log(seed: int) -> list[tuple[bytes | None, bytes]]:
-    """Users of every scenario, interleaved a few events at a time (so a partition holds
-    users whose clocks are far apart), with duplicates re-sent 1 to 300 records after
-    their first copy and hostile records between them."""
+    """Users of every scenario and memory-only users (tests.builders), interleaved a few
+    events at a time (so a partition holds users whose clocks are far apart), with
+    duplicates re-sent 1 to 300 records after their first copy and hostile records
+    between them."""
     rng = random.Random(seed)
     users = [list(evs) for evs, _ in simulate(seed, SCENARIOS, 3, 1.7e9, SimParams())]
+    by_user: dict[str, list[FhrEvent]] = {}
+    for e in memory_only_users():  # outputs from state that memory alone holds
+        by_user.setdefault(e.user_id, []).append(e)
+    users += list(by_user.values())
     events: list[FhrEvent] = []
     while users:
         user = rng.choice(users)
@@ -97,7 +104,19 @@ def oracle(log: list[tuple[int, int, bytes | None, bytes]]) -> dict[str, dict[st
                 outs = runner.feed(item)
             for o in outs:
                 out[o.id] = json.loads(encode(o))
+            for command in runner.erasures:  # the receipt of each request, once
+                out.setdefault(derive_id("receipt", command.request_id), {
+                    "user_id": command.user_id, "session_id": command.session_id,
+                    "request_id": command.request_id, "reason": command.reason,
+                    "cause_event_id": command.cause_event_id})
+            runner.erasures.clear()
     return out
+
+
+def _receipt_fields(receipt: dict[str, Any]) -> dict[str, Any]:
+    """What the fold decides of a receipt (the store adds the targets' outcomes)."""
+    return {k: receipt[k] for k in ("user_id", "session_id", "request_id", "reason",
+                                    "cause_event_id")}
 
 
 def _published_with_ids(broker: Any) -> dict[str, dict[str, Any]]:
@@ -105,9 +124,10 @@ def _published_with_ids(broker: Any) -> dict[str, dict[str, Any]]:
     for topic in OUTPUT_TOPICS:
         for m in broker.read(topic):
             m.pop("_key")
-            body = {"reason": m["reason"]} if topic == topics.DEADLETTER else m
+            body = ({"reason": m["reason"]} if topic == topics.DEADLETTER
+                    else _receipt_fields(m) if topic == topics.RECEIPTS else m)
             first = got.setdefault(m["id"], body)
-            assert first == body, f"two different payloads under one id on {topic}"
+            assert first == body, f"two different payloads under one id on {topic}: {first} {body}"
     return got
 
 

@@ -1,0 +1,149 @@
+"""A crash at any batch loses and changes no output: the engine on a real DuckDB file.
+
+The worker's shell in miniature: batches of the golden log (duplicates, bad records,
+memory-only users of every kind, downgrades, erasures, tick records), a checkpoint every
+few batches and at once after an erasure, and crashes that drop everything since the last
+checkpoint. A restarted engine reads each partition again from
+:meth:`~streams.engine.Engine.fetch_from`. Every message published, deduplicated by id,
+must be exactly what one run without crashes publishes: ids and bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from baselines.store import BaselineStore
+from drift.model import DriftConfig, Tick
+from streams.codec import TICK_KEY, decode_record, encode_event, encode_tick
+from streams.engine import Engine, Record
+from streams.metrics import build_metrics
+from tests.builders import memory_only_users
+from tests.streams.golden import PARTITIONS, START_S, FixedClock, golden_records, partition_of
+
+#: A tick every so many records of a partition, this long after its newest event.
+TICK_EVERY, TICK_AFTER_S = 400, 2 * 3600.0
+
+
+def _interleaved() -> list[tuple[bytes | None, bytes | None]]:
+    """The golden records with the memory-only users' events spread among them in order,
+    so that their sessions span many batches and checkpoints."""
+    golden = golden_records()
+    extra = [(e.user_id.encode(), encode_event(e)) for e in memory_only_users()]
+    rng = random.Random(7)
+    places = sorted(rng.sample(range(len(golden) + len(extra)), len(extra)))
+    out, g, x = [], iter(golden), iter(extra)
+    wanted = set(places)
+    for i in range(len(golden) + len(extra)):
+        out.append(next(x) if i in wanted else next(g))
+    return out
+
+
+def _log() -> list[Record]:
+    """The records with their offsets, and a tick record now and then in each partition
+    (at its newest event time plus two hours: idle sessions close in the log)."""
+    offsets = dict.fromkeys(range(PARTITIONS), 0)
+    newest = dict.fromkeys(range(PARTITIONS), START_S)
+    out: list[Record] = []
+
+    def add(p: int, key: bytes | None, value: bytes | None) -> None:
+        out.append(Record(p, offsets[p], key, value, int(START_S * 1000)))
+        offsets[p] += 1
+
+    for key, value in _interleaved():
+        p = partition_of(key)
+        add(p, key, value)
+        event = decode_record(key, value) if value is not None else None
+        ts = getattr(event, "ts_s", None)
+        if isinstance(ts, float):
+            newest[p] = max(newest[p], ts)
+        if offsets[p] % TICK_EVERY == 0:
+            add(p, TICK_KEY, encode_tick(Tick("continuity-drift", newest[p] + TICK_AFTER_S)))
+    return out
+
+
+class Run:
+    """One engine over one DuckDB file, restarted after each crash."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.published: dict[str, bytes] = {}
+        self.store: BaselineStore | None = None
+        self.engine = self._start()
+
+    def _start(self) -> Engine:
+        if self.store is not None:
+            self.store.close()
+        self.store = BaselineStore(self.path)
+        engine = Engine(self.store, DriftConfig(), build_metrics(CollectorRegistry()),
+                        clock=FixedClock(START_S))
+        engine.assign(range(PARTITIONS))
+        return engine
+
+    def checkpoint(self) -> None:
+        assert self.store is not None
+        self.store.commit_batch(self.engine.take_checkpoint())
+
+    def feed(self, log: list[Record], rng: random.Random, crashes: int) -> None:
+        """The log in batches, checkpointed every few, crashing ``crashes`` times at
+        random batches; after a crash every partition is read again from where the
+        restarted engine says."""
+        todo = list(log)
+        batches = 0
+        crash_at = sorted(rng.sample(range(1, 3 * len(log) // 40), crashes)) if crashes else []
+        every = rng.randint(1, 5)
+        while todo:
+            size = rng.randint(7, 60)
+            chunk, todo = todo[:size], todo[size:]
+            batch = self.engine.process(chunk)
+            for m in batch.messages:
+                first = self.published.setdefault(json.loads(m.value)["id"], m.value)
+                assert first == m.value, "two payloads under one id"
+            batches += 1
+            if batch.erased or batches % every == 0:
+                self.checkpoint()
+            if crash_at and batches == crash_at[0]:
+                crash_at.pop(0)
+                self.engine = self._start()
+                todo = [r for r in log if r.offset >= self.engine.fetch_from(r.partition)]
+        self.checkpoint()
+        assert self.store is not None
+        self.store.close()
+
+
+def test_the_log_has_outputs_that_only_memory_can_give(tmp_path: Path) -> None:
+    """Violations of memory-only sessions and scores of an ephemeral one are published:
+    a restart that did not rebuild them would lose some."""
+    log = _log()
+    assert sum(r.key == TICK_KEY for r in log) >= 8
+    run = Run(tmp_path / "clean.duckdb")
+    run.feed(log, random.Random(0), crashes=0)
+    kinds = Counter((json.loads(v)["user_id"].rsplit("-", 1)[0], json.loads(v).get(
+        "rule") or json.loads(v).get("score_kind")) for v in run.published.values()
+        if json.loads(v).get("user_id", "").startswith("mem-"))
+    assert kinds[("mem-stateless", "relational_write_mode_forbidden")] >= 30, kinds
+    assert kinds[("mem-durable", "continuity_drift")] >= 6, kinds
+    assert kinds[("mem-retro", "relational_write_mode_forbidden")] >= 10, kinds
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_crashes_at_random_batches_publish_exactly_what_one_run_without_does(
+        tmp_path: Path, seed: int) -> None:
+    log = _log()
+    clean = Run(tmp_path / "clean.duckdb")
+    clean.feed(log, random.Random(seed), crashes=0)
+    crashed = Run(tmp_path / "crashed.duckdb")
+    crashed.feed(log, random.Random(seed), crashes=10)
+    missing = sorted(set(clean.published) - set(crashed.published))
+    extra = sorted(set(crashed.published) - set(clean.published))
+    differ = sorted(i for i in set(clean.published) & set(crashed.published)
+                    if clean.published[i] != crashed.published[i])
+    assert not (missing or extra or differ), (
+        f"seed {seed}: {len(missing)} missing, {len(extra)} extra, {len(differ)} different of "
+        f"{len(clean.published)}; e.g. missing {[clean.published[i] for i in missing[:2]]}, "
+        f"extra {[crashed.published[i] for i in extra[:2]]}")
