@@ -127,6 +127,9 @@ class PendingBatch:
     """Partitions where an erasure was carried out (-1: a user no partition holds)."""
     stopped_at: int | None = None
     """Index of the first record left unprocessed because it may erase (see ``process``)."""
+    rewind: dict[int, int] = field(default_factory=dict)
+    """Partitions whose replay the consumer skipped part of (records it fetched from an
+    older position came first): the shell seeks each to the offset given."""
 
 
 def _processing_error(exc: Exception, event_id: str | None, record: InputRecord) -> Rejection:
@@ -163,6 +166,7 @@ class Engine:
         """Users whose state in memory is not the stored one (memory-only users in a session,
         durable users in an ephemeral one): the offset replaying them from rebuilds it."""
         self.replaying: dict[int, int] = {}
+        self._rewound: dict[int, int] = {}
         """Partitions being replayed after a restore: the next offset to replay, below the
         partition's next offset (records there rebuild memory-only users, silently)."""
         self.watermarks: dict[int, float] = {}
@@ -255,9 +259,10 @@ class Engine:
         now = self.clock()
         for index, (record, item) in enumerate(
                 zip(records, decoded or self.decode(records), strict=True)):
+            if record.partition in self.replaying:
+                self._replay_in_order(record, item, batch)
+                continue
             if record.offset < self.next_offsets.get(record.partition, 0):
-                if record.offset >= self.replaying.get(record.partition, 1 << 62):
-                    self._replay(record, item)
                 continue
             if isinstance(item, FhrEvent):
                 state = self.states.get(item.user_id) or initial(item.user_id)
@@ -337,6 +342,23 @@ class Engine:
                 self.stored.add(user_id)
                 self.as_of[user_id] = offset
             self.memory_since.setdefault(user_id, self.as_of.get(user_id, offset))
+
+    def _replay_in_order(self, record: InputRecord, item: FhrEvent | Tick | Rejection,
+                         batch: PendingBatch) -> None:
+        """A record of a partition under replay: replayed if it is the next one, skipped if
+        replayed already; a later one means the consumer skipped part of the replay (it
+        fetched from the group's offset before the seek took), so the batch asks the shell
+        to seek back, once. A second time at the same offset is a gap in the log (a
+        transaction marker takes an offset), and the replay goes on past it."""
+        p, at = record.partition, self.replaying[record.partition]
+        if record.offset < at or p in batch.rewind:
+            return
+        if record.offset > at and self._rewound.get(p) != at:
+            self._rewound[p] = batch.rewind[p] = at
+            log.info("replay resumed from its start after records from a later offset",
+                     extra={"partitions": [p], "offset": at})
+            return
+        self._replay(record, item)
 
     def _replay(self, record: InputRecord, item: FhrEvent | Tick | Rejection) -> None:
         """A record below the stored next offset, read again after a restore: applied in

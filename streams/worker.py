@@ -223,12 +223,16 @@ class Worker:
             self.processing = True
 
     async def _step(self, records: Sequence[InputRecord]) -> None:
+        consumer = self.consumer
+        assert consumer is not None
         if records:
             self._since_checkpoint += len(records)
             decoded = self.engine.decode(records)
             while True:
                 batch = self.engine.process(records, decoded,
                                             stop_before_erasure=self._inflight is not None)
+                for p, offset in batch.rewind.items():
+                    consumer.seek(TopicPartition(topics.INPUT, p), offset)
                 await self._publish(batch)
                 if batch.stopped_at is None:
                     break

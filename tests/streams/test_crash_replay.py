@@ -91,16 +91,23 @@ class Run:
 
     def feed(self, log: list[Record], rng: random.Random, crashes: int) -> None:
         """The log in batches, checkpointed every few, crashing ``crashes`` times at
-        random batches; after a crash every partition is read again from where the
-        restarted engine says."""
-        todo = list(log)
+        random batches. After a crash every partition is read again from where the
+        restarted engine says, except that, as a consumer may, the first batch sometimes
+        comes from the stored next offset (the group's) before the seek takes; the
+        engine then asks to rewind."""
+        position = dict.fromkeys(range(PARTITIONS), 0)
         batches = 0
         crash_at = sorted(rng.sample(range(1, 3 * len(log) // 40), crashes)) if crashes else []
         every = rng.randint(1, 5)
-        while todo:
+        while True:
             size = rng.randint(7, 60)
-            chunk, todo = todo[:size], todo[size:]
+            chunk = [r for r in log if r.offset >= position[r.partition]][:size]
+            if not chunk:
+                break
             batch = self.engine.process(chunk)
+            for r in chunk:
+                position[r.partition] = max(position[r.partition], r.offset + 1)
+            position.update(batch.rewind)
             for m in batch.messages:
                 first = self.published.setdefault(json.loads(m.value)["id"], m.value)
                 assert first == m.value, "two payloads under one id"
@@ -110,7 +117,9 @@ class Run:
             if crash_at and batches == crash_at[0]:
                 crash_at.pop(0)
                 self.engine = self._start()
-                todo = [r for r in log if r.offset >= self.engine.fetch_from(r.partition)]
+                stale = rng.random() < 0.5
+                position = {p: self.engine.next_offsets[p] if stale
+                            else self.engine.fetch_from(p) for p in range(PARTITIONS)}
         self.checkpoint()
         assert self.store is not None
         self.store.close()
