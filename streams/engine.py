@@ -600,19 +600,25 @@ class Engine:
         return sorted(u for u, p in self.user_partition.items()
                       if p == partition and u in self.states)
 
-    def ticks_due(self, quiet_after_s: float) -> dict[int, float]:
-        """The tick to write into each owned partition that has had no record for
-        ``quiet_after_s`` and holds a user with something due by its :meth:`quiet_time`
-        (an idle session to close, a baseline past its TTL); the caller writes them."""
+    def ticks_due(self, quiet_after_s: float, lateness_s: float
+                  ) -> dict[int, tuple[float, bool]]:
+        """The tick to write into each owned partition that holds a user with something due
+        by the partition's event time (an idle session to close, a baseline past its TTL),
+        and whether the partition is quiet; the caller writes them.
+
+        A quiet partition (no record for ``quiet_after_s``) is swept at its
+        :meth:`quiet_time`. A busy one is swept at its newest event time less
+        ``lateness_s``: a session its user left is closed while others keep the partition
+        busy, and a user whose events lag the partition's by less than that is not cut off.
+        A partition under replay gets none."""
         now = float(self.clock())
-        out: dict[int, float] = {}
-        for p in sorted(self.partitions):
-            if now - self.seen_at.get(p, now) < quiet_after_s:
-                continue
-            ts = self.quiet_time(p)
+        out: dict[int, tuple[float, bool]] = {}
+        for p in sorted(self.partitions - set(self.replaying)):
+            quiet = now - self.seen_at.get(p, now) >= quiet_after_s
+            ts = self.quiet_time(p) if quiet else self.watermarks.get(p, 0.0) - lateness_s
             if any(due(self.states[u], self.baselines.get(u, NO_BASELINES), ts, self.config)
                    for u in self._users_of(p)):
-                out[p] = ts
+                out[p] = (ts, quiet)
         return out
 
     def expiring(self, partition: int, ts_s: float) -> bool:

@@ -36,6 +36,10 @@ class Settings:
     quiet_after_s: float = 30.0
     """A partition with no record for this long (wall clock) gets a tick record when a
     user on it has something due by its event time moved on by the wall clock."""
+    tick_lateness_s: float = 3600.0
+    """A busy partition gets a tick record at its newest event time less this much when a
+    user on it has something due by then: how far (event time) a user's events may lag the
+    partition's before an idle session of theirs is closed."""
     session_timeout_s: float = 6.0
     heartbeat_interval_s: float = 1.0
     rebalance_timeout_s: float = 10.0
@@ -62,7 +66,7 @@ _SIMPLE = {"broker": str, "data_dir": Path, "web_port": int, "web_host": str,
            "advertised_url": str, "app_id": str,
            "partitions": int, "review_token": str, "batch_max": int, "batch_within_s": float,
            "fetch_wait_s": float, "checkpoint_interval_s": float, "timer_interval_s": float,
-           "quiet_after_s": float, "session_timeout_s": float,
+           "quiet_after_s": float, "tick_lateness_s": float, "session_timeout_s": float,
            "heartbeat_interval_s": float, "rebalance_timeout_s": float, "log_level": str,
            "history_versions": int, "history_sessions": int, "compression": str}
 

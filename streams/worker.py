@@ -148,7 +148,7 @@ class Worker:
         self._waiting_on: str | None = None
         self._raw_client: AIOKafkaClient | None = None
         self._tick_sent: dict[int, int] = {}
-        """The partition's next offset when its last tick was written: no other until the
+        """The partition's log end when its last tick was written: no other until the
         worker has read past it."""
 
     # ------------------------------------------------------------------ lifecycle
@@ -248,16 +248,18 @@ class Worker:
             await self._checkpoint(wait=False)  # due while one is in flight: when it lands
 
     async def _write_ticks(self) -> None:
-        """A tick record into each owned partition that has gone quiet with something due
+        """A tick record into each owned partition with something due by its event time
         (:meth:`Engine.ticks_due`): read back like any record, it closes idle sessions and
         expires baselines at the same place in every replay of the log. One tick at a time
-        per partition, and only once the worker has read the partition to its end."""
+        per partition (none until the worker has read past the log's end when it wrote the
+        last), and for a quiet partition only once the worker has read it to its end."""
         consumer, producer = self.consumer, self.producer
         assert consumer is not None and producer is not None
-        for p, ts in self.engine.ticks_due(self.settings.quiet_after_s).items():
+        s = self.settings
+        for p, (ts, quiet) in self.engine.ticks_due(s.quiet_after_s, s.tick_lateness_s).items():
             offset = self.engine.next_offsets.get(p, 0)
             high = consumer.highwater(TopicPartition(topics.INPUT, p))
-            if high is None or high > offset or self._tick_sent.get(p, -1) >= offset:
+            if high is None or (quiet and high > offset) or self._tick_sent.get(p, -1) >= offset:
                 continue
             try:
                 ack = await producer.send(topics.INPUT, encode_tick(Tick(self.settings.app_id,
@@ -268,7 +270,7 @@ class Worker:
                             extra={"partitions": [p], "error_type": type(exc).__name__})
                 continue
             ack.add_done_callback(_log_failed_tick)
-            self._tick_sent[p] = offset
+            self._tick_sent[p] = high
 
     async def _skip_unreadable(self, error: BaseException) -> None:
         """``getmany`` met a record batch it cannot read: fetch each owned partition by hand

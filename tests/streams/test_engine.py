@@ -12,9 +12,10 @@ from prometheus_client import CollectorRegistry
 from baselines.store import BaselineStore
 from drift.model import DriftConfig, Tick
 from streams import topics
-from streams.codec import encode_tick
+from streams.codec import TICK_KEY, encode_event, encode_tick
 from streams.engine import Engine, PendingBatch, Record
 from streams.metrics import build_metrics
+from tests.builders import UserScript
 from tests.streams.golden import (
     PARTITIONS,
     START_S,
@@ -220,10 +221,11 @@ def test_a_tick_tells_in_advance_whether_it_will_erase(harness: Harness) -> None
 def test_a_tick_is_a_record_the_quiet_partition_times_and_others_ignore(
         harness: Harness) -> None:
     harness.feed(golden_records())
-    assert harness.engine.ticks_due(quiet_after_s=1.0) == {}  # no wall time has passed
+    assert harness.engine.ticks_due(quiet_after_s=1.0, lateness_s=1e9) == {}  # no wall time has passed
     harness.clock.now = START_S + 400 * 86400.0
-    due = harness.engine.ticks_due(quiet_after_s=1.0)
-    assert due and all(ts == harness.engine.quiet_time(p) for p, ts in due.items())
+    due = harness.engine.ticks_due(quiet_after_s=1.0, lateness_s=1e9)
+    assert due and all(ts == harness.engine.quiet_time(p) and quiet
+                       for p, (ts, quiet) in due.items())
     foreign = [Record(r.partition, r.offset, r.key,
                       encode_tick(Tick("another-deployment", 4e9)), r.timestamp)
                for r in tick_records(harness.engine)]
@@ -240,3 +242,32 @@ def test_stopping_before_each_erasure_changes_nothing_but_where_batches_end(
     stops = stopping.feed(golden_records(), stop_before_erasure=True)
     assert stops > 0 and any(t == topics.RECEIPTS for t, _ in plain.messages)
     assert stopping.messages == plain.messages
+
+
+def test_a_busy_partition_ticks_a_left_session_closed_at_its_event_time_less_lateness(
+        harness: Harness) -> None:
+    """A user leaves a session open while another keeps the partition busy: the tick is
+    due once the partition's event time is past the idle close by the lateness, and its
+    read-back closes the session as idle."""
+    names = [f"busy-{i}" for i in range(40)]
+    left, busy = [n for n in names if partition_of(n.encode()) == 0][:2]
+    gone = UserScript(left, ts=START_S, seed=1)
+    gone.session("left", turns=7, end=False)
+    lateness = 3600.0
+    harness.feed([(e.user_id.encode(), encode_event(e)) for e in gone.events])
+    assert harness.engine.ticks_due(quiet_after_s=1e9, lateness_s=lateness) == {}
+    other = UserScript(busy, ts=gone.ts + 1800.0 + lateness + 60.0, seed=2)
+    other.session("busy", turns=3)
+    harness.feed([(e.user_id.encode(), encode_event(e)) for e in other.events])
+    due = harness.engine.ticks_due(quiet_after_s=1e9, lateness_s=lateness)
+    assert 0 in due and due[0][1] is False
+    ts = due[0][0]
+    assert ts == harness.engine.watermarks[0] - lateness
+    tick = Record(0, harness.engine.next_offsets[0], TICK_KEY,
+                  encode_tick(Tick(harness.engine.app_id, ts)), int(START_S * 1000))
+    last = gone.events[-1].ts_s
+    harness.engine.process([tick])
+    assert harness.engine.states[left].session is None
+    ended = [s.ended_s for _, s in harness.engine.pending.sessions if s.user_id == left]
+    assert ended == [last + DriftConfig().idle_timeout_s]
+    assert harness.engine.ticks_due(quiet_after_s=1e9, lateness_s=lateness) == {}
