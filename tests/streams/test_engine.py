@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry
 from baselines.store import BaselineStore
 from drift.model import DriftConfig, Tick
 from streams import topics
-from streams.codec import encode_tick
 from streams.engine import Engine, PendingBatch, Record
 from streams.metrics import build_metrics
+from streams.tick import encode_tick
 from tests.streams.golden import (
     PARTITIONS,
     START_S,
