@@ -34,9 +34,9 @@ from drift.baseline import (
     SemanticBaseline,
     UserBaselines,
 )
+from drift.features import WindowStats
 from drift.model import BaselineKind, Mode, ModelTriple
 from drift.outputs import SessionSummary
-from drift.scoring import WindowStats
 from drift.state import UserState
 
 

@@ -52,7 +52,7 @@ from drift.replay import replay
 from drift.simulation import Scenario, SimParams, simulate_user
 from streams import topics
 from streams.broker import EmbeddedBroker
-from streams.codec import REJECTION_REASONS
+from streams.rejection import REJECTION_REASONS
 from streams.report.build import ReportRequest, build
 from streams.wire import DeadLetter, encode
 

@@ -12,8 +12,8 @@ import math
 import sys
 from dataclasses import dataclass
 
+from drift.features import WindowStats
 from drift.model import FEATURES, BaselineKind, DriftConfig, Mode, ModelTriple
-from drift.scoring import WindowStats
 
 
 def derive_id(*parts: str) -> str:
@@ -57,7 +57,7 @@ class AttunementBaseline:
 
     ``sessions[0]`` is the most recent session; each holds one :class:`WindowStats`
     per checkpoint window (turns 1-5, 6-10, ...), over ``features``, on the
-    transformed scale of :func:`drift.scoring.transform`.
+    transformed scale of :func:`drift.features.transform`.
     """
 
     meta: BaselineMeta

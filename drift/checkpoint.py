@@ -12,7 +12,9 @@ import functools
 from dataclasses import dataclass
 
 from drift import ladder
+from drift.attunement import AttunementTest, score_attunement_drift
 from drift.baseline import Baseline, UserBaselines, derive_id
+from drift.composite import composite, safety_drift, semantic_drift
 from drift.evolve import evolve, fast_init
 from drift.model import FEATURES, MODE_FEATURES, BaselineKind, DriftConfig, Mode
 from drift.outputs import (
@@ -23,13 +25,6 @@ from drift.outputs import (
     LadderDetail,
     Output,
     Response,
-)
-from drift.scoring import (
-    AttunementTest,
-    composite,
-    safety_drift,
-    score_attunement_drift,
-    semantic_drift,
 )
 from drift.state import SessionState, UserState
 

@@ -24,8 +24,10 @@ from typing import Any, assert_never
 from drift import ladder
 from drift.baseline import Baseline, UserBaselines, derive_id
 from drift.checkpoint import StepContext, checkpoint, rate
+from drift.composite import safety_drift
 from drift.erasure import downgrade, erase, erase_kinds_for, expire, expiry_due
 from drift.evolve import evolve, fast_init
+from drift.features import transform_turn
 from drift.governance import audit_write, guard_after
 from drift.model import (
     BaselineReconfirmed,
@@ -46,7 +48,6 @@ from drift.model import (
 from drift.model_change import check_disclosure, detect, notice_shown, reattune
 from drift.outputs import NO_EFFECTS, Effects, ErasureCommand, Output, SessionSummary
 from drift.rebaseline import MAX_SEMANTIC_ITEMS, fold_session, reconfirm
-from drift.scoring import safety_drift, transform_turn
 from drift.state import RecentEvents, SessionState, TurnLog, UserState, event_hash
 
 

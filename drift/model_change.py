@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from drift.baseline import UserBaselines, derive_id
 from drift.checkpoint import StepContext, features_for
+from drift.composite import semantic_drift
 from drift.evolve import evolve
 from drift.governance import violation
 from drift.model import FEATURES, ModelTriple
@@ -29,7 +30,6 @@ from drift.outputs import (
     Rule,
 )
 from drift.reattune import score_reattunement
-from drift.scoring import semantic_drift
 from drift.state import ModelChangeProgress, UserState
 
 OFFERS = (Offer.RESET_SESSION_ONLY, Offer.CONTINUE_CONSERVATIVE)

@@ -11,11 +11,11 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar
 
+from drift.attunement import AttunementTest
 from drift.baseline import AttunementBaseline, Baseline, BaselineMeta, derive_id
 from drift.evolve import fast_init
 from drift.model import BaselineKind, Mode, ModelTriple, Tier
 from drift.reattune import ReattuneScore
-from drift.scoring import AttunementTest
 
 
 class OutputKind(str, enum.Enum):

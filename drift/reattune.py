@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from scipy import stats
 
 from drift.model import DriftConfig
-from drift.scoring import array_sum, column_means
+from drift.sums import array_sum, column_means
 
 
 @dataclass(frozen=True, slots=True)

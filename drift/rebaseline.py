@@ -24,8 +24,8 @@ from drift.checkpoint import StepContext
 from drift.evolve import evolve
 from drift.model import FEATURES, MODE_FEATURES, BaselineKind, ModelTriple
 from drift.outputs import Action, ReleaseDetail, Response
-from drift.scoring import column_means
 from drift.state import SessionState, UserState
+from drift.sums import column_means
 
 MAX_SEMANTIC_ITEMS = 256
 

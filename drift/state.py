@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from drift import ladder
 from drift.evolve import evolve, fast_init
+from drift.features import WindowStats
 from drift.model import FEATURES, DriftConfig, Mode, ModelTriple, Tier
-from drift.scoring import WindowStats
 
 Row = tuple[float, ...]
 if len(FEATURES) != 6:  # WindowSums.add names each of the six

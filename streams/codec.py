@@ -1,4 +1,4 @@
-"""The edge: FHR wire format (``schemas/fhr-1.schema.json``) decoded once with msgspec.
+"""The edge: FHR records (``streams.fhr_schema``) decoded once with msgspec.
 
 :func:`decode_event` turns a Kafka record into a :class:`drift.model.FhrEvent` or a
 :class:`Rejection` with a reason code and the names of the fields at fault, never
@@ -7,175 +7,33 @@ their values. :func:`encode_event` is its inverse, for the simulator and tests.
 
 from __future__ import annotations
 
-import enum
 import re
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import msgspec
 
 from drift import model as m
+from streams.fhr_schema import (
+    MAX_TEXT,
+    BaselineReconfirmedEvent,
+    MemoryEraseEvent,
+    MemoryWriteBlockedEvent,
+    MemoryWriteEvent,
+    ModeChangedEvent,
+    NoticeShownEvent,
+    SemanticEvent,
+    SessionEndEvent,
+    SessionStartEvent,
+    TurnEvent,
+    WireEvent,
+    WireModel,
+)
+from streams.rejection import Rejection
+from streams.tick import TICK_KEY, decode_tick
 from streams.wire import iso, model_dict
-
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
-Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
-EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
-Ts = Annotated[datetime, msgspec.Meta(tz=True)]
-Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
-TurnNo = Annotated[int, msgspec.Meta(ge=1)]
-NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
-ModeName = Literal["stateless", "session_only", "continuity_light", "continuity_full"]
-MemoryClass = Literal["operational", "relational", "explicit", "ephemeral"]
-Category = Literal["style", "boundaries", "friction_history", "topic", "emotional_trajectory",
-                   "resonance", "attunement_profile", "trust_trajectory"]
-BlockReason = Literal["ae_active", "care_override", "crisis", "high_resonance_no_reflection",
-                      "legal_hold"]
-
-MAX_TEXT = 500
-
-
-
-class BatchFault(enum.Enum):
-    """Why a whole record batch could not be read (``streams.batches``): its dead letter's
-    reason code."""
-
-    CRC_MISMATCH = "batch_crc_mismatch"
-    CODEC_UNSUPPORTED = "batch_codec_unsupported"
-    CORRUPT = "batch_corrupt"
-
-
-#: Every reason code a dead letter can carry: why a record did not decode,
-#: ``processing_error`` for one that decoded but whose processing raised, or why the
-#: record batch that held it could not be read.
-REJECTION_REASONS = (
-    "invalid_json", "too_deep", "unknown_schema", "unknown_event_type", "unknown_field",
-    "missing_field", "wrong_type", "out_of_range", "invalid_value", "invalid_timestamp",
-    "raw_content_rejected", "key_mismatch", "processing_error",
-    *(f.value for f in BatchFault))
-
-
-class _Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="event_type",
-            kw_only=True):
-    schema: Literal["fhr/1"]
-    event_id: EventId
-    ts: Ts
-    user_id: Id
-    session_id: Id
-    ephemeral: bool = False
-
-
-class WireModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    model_version: Text
-    tokenizer_id: Text
-    precision_tag: Text
-    adapter_id: Text | None = None
-
-
-class WireSafety(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    gate_config_id: Text
-    drift_policy_id: Text
-
-
-class WireDynamics(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    trust: Unit
-    resonance_depth: Unit
-    valence: Annotated[float, msgspec.Meta(ge=-1.0, le=1.0)]
-    friction: bool
-    reflection: bool
-    user_tokens: NonNegInt
-    latency_ms: Annotated[float, msgspec.Meta(ge=0.0)]
-
-
-class WireStates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    ae_severity: Literal["none", "low", "med", "high"]
-    care_override: bool
-    care_cooloff: bool
-    crisis: bool
-    legal_hold: bool
-
-
-class SessionStartEvent(_Base, frozen=True, tag="session_start"):
-    continuity_mode: ModeName
-    consent_state_id: Text
-    model: WireModel
-    safety: WireSafety
-
-
-class TurnEvent(_Base, frozen=True, tag="turn"):
-    turn: TurnNo
-    dynamics: WireDynamics
-    states: WireStates
-
-
-class SemanticEvent(_Base, frozen=True, tag="semantic"):
-    turn: TurnNo
-    commitment_id: Text
-    kind: Literal["commitment", "position", "constraint"]
-    stance: Literal["affirm", "contradict", "retract"]
-
-
-class MemoryWriteEvent(_Base, frozen=True, tag="memory_write"):
-    turn: TurnNo
-    memory_class: MemoryClass
-    category: Category
-    scope: Text
-    consent_state_id: Text
-    confirmed: bool
-
-
-class MemoryWriteBlockedEvent(_Base, frozen=True, tag="memory_write_blocked"):
-    turn: TurnNo
-    memory_class: MemoryClass
-    reason: BlockReason
-
-
-class MemoryEraseEvent(_Base, frozen=True, tag="memory_erase"):
-    memory_class: MemoryClass
-    scope: Literal["all"] | Category
-    reason: Literal["user_request", "mode_downgrade", "ttl_expired", "operator"]
-    request_id: Text
-
-
-class ModeChangedEvent(_Base, frozen=True, tag="continuity_mode_changed"):
-    from_mode: ModeName
-    to_mode: ModeName
-    consent_state_id: Text
-    retroactive: bool
-
-
-class NoticeShownEvent(_Base, frozen=True, tag="model_change_notice_shown"):
-    model: WireModel
-
-
-class BaselineReconfirmedEvent(_Base, frozen=True, tag="baseline_reconfirmed"):
-    kinds: Annotated[list[Literal["attunement", "semantic", "safety"]],
-                     msgspec.Meta(min_length=1)]
-
-
-class SessionEndEvent(_Base, frozen=True, tag="session_end"):
-    turns: NonNegInt
-    reason: Literal["closed", "idle_timeout"]
-
-
-WireEvent = (SessionStartEvent | TurnEvent | SemanticEvent | MemoryWriteEvent
-             | MemoryWriteBlockedEvent | MemoryEraseEvent | ModeChangedEvent | NoticeShownEvent
-             | BaselineReconfirmedEvent | SessionEndEvent)
 
 _decoder = msgspec.json.Decoder(WireEvent)
 _encoder = msgspec.json.Encoder()
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """Why a record went to the dead-letter topic: a reason code and field names only."""
-
-    reason: str
-    fields: tuple[str, ...]
-    event_id: str | None = None
-
-
-# --------------------------------------------------------------------------- decode
 
 
 def _model(w: WireModel) -> m.ModelTriple:
@@ -217,31 +75,6 @@ def to_domain(w: WireEvent) -> m.FhrEvent:
                       w.ephemeral, _body(w))
 
 
-#: The key of a tick record (:class:`drift.model.Tick`): no user id can be it, since user
-#: ids never hold a NUL byte.
-TICK_KEY = b"\x00continuity-tick"
-TICK_SCHEMA = "continuity-tick/1"
-
-
-class _TickWire(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    schema: Literal["continuity-tick/1"]
-    app_id: Id
-    ts: Ts
-
-
-_tick_decoder = msgspec.json.Decoder(_TickWire)
-
-
-def encode_tick(tick: m.Tick) -> bytes:
-    """The value of a tick record.
-
-    >>> decode_record(TICK_KEY, encode_tick(m.Tick("continuity-drift", 1.7e9)))
-    Tick(app_id='continuity-drift', ts_s=1700000000.0)
-    """
-    return _encoder.encode({"schema": TICK_SCHEMA, "app_id": tick.app_id,
-                            "ts": iso(tick.ts_s).replace("Z", "+00:00")})
-
-
 def decode_record(key: bytes | None, value: bytes | None
                   ) -> m.FhrEvent | m.Tick | Rejection:
     """An ``fhr.events`` record as an event, a tick (keyed :data:`TICK_KEY`) or a rejection.
@@ -251,11 +84,7 @@ def decode_record(key: bytes | None, value: bytes | None
     """
     if key != TICK_KEY:
         return decode_event(key, value)
-    try:
-        wire = _tick_decoder.decode(value or b"")
-    except (msgspec.DecodeError, RecursionError):
-        return Rejection("invalid_value", ("tick",))
-    return m.Tick(wire.app_id, wire.ts.timestamp())
+    return decode_tick(value)
 
 
 def decode_event(key: bytes | None, value: bytes | None) -> m.FhrEvent | Rejection:
@@ -374,9 +203,6 @@ def _classify(value: bytes, message: str) -> WireEvent | Rejection:
     return Rejection("out_of_range", (path,), event_id)
 
 
-# --------------------------------------------------------------------------- encode
-
-
 def _wire_model(mt: m.ModelTriple) -> dict[str, Any]:
     """The input format leaves an absent adapter out rather than null."""
     return {k: v for k, v in model_dict(mt).items() if v is not None}
@@ -433,7 +259,3 @@ def encode_event(e: m.FhrEvent) -> bytes:
     SessionEnd(turns=0, reason='closed')
     """
     return _encoder.encode(event_to_dict(e, iso(e.ts_s).replace("Z", "+00:00")))
-
-
-def encode_json(obj: Any) -> bytes:
-    return _encoder.encode(obj)

@@ -67,8 +67,9 @@ from drift.outputs import (
 )
 from drift.state import UserState
 from streams import topics
-from streams.codec import Rejection, decode_record
+from streams.codec import decode_record
 from streams.metrics import Metrics, observe_many
+from streams.rejection import Rejection
 from streams.wire import DeadLetter, encode
 
 log = logging.getLogger("continuity_drift.engine")

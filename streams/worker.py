@@ -37,12 +37,12 @@ from drift.outputs import ErasureReceipt, SessionSummary
 from streams import topics
 from streams.batches import FETCH_BYTES, fetch_raw, read_batches
 from streams.changelog import Changelog
-from streams.codec import TICK_KEY, encode_tick
 from streams.engine import Engine, InputRecord, OutMessage, PendingBatch
 from streams.http import make_app
 from streams.metrics import Metrics, build_metrics, observe_many
 from streams.owners import Owners, partition_of
 from streams.settings import Settings
+from streams.tick import TICK_KEY, encode_tick
 
 log = logging.getLogger("continuity_drift.worker")
 

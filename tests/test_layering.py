@@ -17,8 +17,8 @@ SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|WITH|ATTACH|COPY|CHEC
 STDLIB_IO = {"socket", "subprocess", "urllib", "http", "asyncio", "requests", "sqlite3", "random"}
 #: The modules a worker runs: none of them may load the report's or the demo's code (only the
 #: CLI, which starts either, imports them).
-WORKER_MODULES = ("worker", "engine", "changelog", "codec", "wire", "owners", "http", "metrics",
-                  "supervise", "settings", "topics", "broker")
+WORKER_MODULES = ("worker", "engine", "changelog", "codec", "fhr_schema", "rejection", "tick",
+                  "wire", "owners", "http", "metrics", "supervise", "settings", "topics", "broker")
 FRONTS = ("streams.report", "streams.demo")
 
 

@@ -200,45 +200,61 @@ class UserColumns:
             self._shells[s] = UserState(self._users[s])
 
 
-class _StateView(MutableMapping[str, UserState]):
-    """The users' states by user id (a user with only baselines has none)."""
+class _SlotView:
+    """What both views share: the columns, and the slots that hold the view's value."""
 
     def __init__(self, cols: UserColumns) -> None:
         self._cols = cols
 
-    def __getitem__(self, user_id: str) -> UserState:
-        cols = self._cols
-        s = cols._index.get(user_id)
-        if s is None or cols._shells[s] is None:
-            raise KeyError(user_id)
-        return cols.state_at(s)
+    def _holds(self, s: int) -> bool:
+        raise NotImplementedError
 
-    def __setitem__(self, user_id: str, state: UserState) -> None:
-        cols = self._cols
-        cols.put_at(cols.slot(user_id), state)
+    def _slot(self, user_id: str) -> int:
+        """The user's slot, if it holds the view's value; else ``KeyError``."""
+        s = self._cols._index.get(user_id)
+        if s is None or not self._holds(s):
+            raise KeyError(user_id)
+        return s
+
+    def _clear(self, s: int) -> None:
+        raise NotImplementedError
 
     def __delitem__(self, user_id: str) -> None:
-        cols = self._cols
-        s = cols._index.get(user_id)
-        if s is None or cols._shells[s] is None:
-            raise KeyError(user_id)
-        cols._shells[s] = None
-        cols._load(s, UserState(user_id), cols.baselines_at(s))
-        cols._release_if_empty(s)
+        s = self._slot(user_id)
+        self._clear(s)
+        self._cols._release_if_empty(s)
 
     def __iter__(self) -> Iterator[str]:
-        cols = self._cols
-        return iter([u for u, s in cols._index.items() if cols._shells[s] is not None])
+        return iter([u for u, s in self._cols._index.items() if self._holds(s)])
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
 
-class _BaselineView(MutableMapping[str, UserBaselines]):
+class _StateView(_SlotView, MutableMapping[str, UserState]):
+    """The users' states by user id (a user with only baselines has none)."""
+
+    def _holds(self, s: int) -> bool:
+        return self._cols._shells[s] is not None
+
+    def __getitem__(self, user_id: str) -> UserState:
+        return self._cols.state_at(self._slot(user_id))
+
+    def __setitem__(self, user_id: str, state: UserState) -> None:
+        cols = self._cols
+        cols.put_at(cols.slot(user_id), state)
+
+    def _clear(self, s: int) -> None:
+        cols = self._cols
+        cols._shells[s] = None
+        cols._load(s, UserState(cols._users[s]), cols.baselines_at(s))
+
+
+class _BaselineView(_SlotView, MutableMapping[str, UserBaselines]):
     """The users' baselines by user id."""
 
-    def __init__(self, cols: UserColumns) -> None:
-        self._cols = cols
+    def _holds(self, s: int) -> bool:
+        return self._cols._baselines[s] is not None
 
     def __getitem__(self, user_id: str) -> UserBaselines:
         cols = self._cols
@@ -252,18 +268,6 @@ class _BaselineView(MutableMapping[str, UserBaselines]):
         cols = self._cols
         cols._set_baselines(cols.slot(user_id), baselines)
 
-    def __delitem__(self, user_id: str) -> None:
-        cols = self._cols
-        s = cols._index.get(user_id)
-        if s is None or cols._baselines[s] is None:
-            raise KeyError(user_id)
-        cols._set_baselines(s, NO_BASELINES)
-        cols._baselines[s] = None
-        cols._release_if_empty(s)
-
-    def __iter__(self) -> Iterator[str]:
-        cols = self._cols
-        return iter([u for u, s in cols._index.items() if cols._baselines[s] is not None])
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
+    def _clear(self, s: int) -> None:
+        self._cols._set_baselines(s, NO_BASELINES)
+        self._cols._baselines[s] = None

@@ -4,7 +4,7 @@ Everything the kernel needs of an event is a number: its user's slot, its kind,
 event time, the 64-bit fingerprint of its id (:func:`drift.state.event_hash`), its
 session's number in the batch, its flags (ephemeral; a turn's blocking states and
 reflection) and, for a turn, its six dynamics through
-:func:`drift.scoring.transform_turn` (computed here by the reference function, so
+:func:`drift.features.transform_turn` (computed here by the reference function, so
 the kernel adds the very floats the fold would).
 """
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from drift.features import transform_turn
 from drift.governance import BLOCKING_SEVERITIES
 from drift.kernel.columns import UserColumns
 from drift.kernel.layout import (
@@ -27,7 +28,6 @@ from drift.kernel.layout import (
     N_FEATURES,
 )
 from drift.model import FhrEvent, MemoryErase, ModeChanged, SessionStart, Turn
-from drift.scoring import transform_turn
 from drift.state import event_hash
 
 _NO_ROW = (0.0,) * N_FEATURES

@@ -18,7 +18,7 @@ from drift.reattune import (
     tolerance,
     turns_to_baseline,
 )
-from drift.scoring import array_sum
+from drift.sums import array_sum
 
 CFG = DriftConfig()
 #: Every phase but ``explain``, which needs libcst and only decorates a failure report.

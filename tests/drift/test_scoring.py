@@ -9,16 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from drift.attunement import CORE_FEATURES, look_share, score_attunement_drift, severity
+from drift.composite import composite
+from drift.features import WindowStats
 from drift.model import DriftConfig, Tier
-from drift.scoring import (
-    CORE_FEATURES,
-    WindowStats,
-    column_means,
-    composite,
-    look_share,
-    score_attunement_drift,
-    severity,
-)
+from drift.sums import column_means
 
 unit = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 component = st.one_of(st.none(), unit)

@@ -22,7 +22,8 @@ from drift.outputs import dead_letter_id
 from drift.replay import MemoryReplay
 from drift.simulation import Scenario, SimParams, simulate
 from streams import topics
-from streams.codec import Rejection, decode_record, encode_event
+from streams.codec import decode_record, encode_event
+from streams.rejection import Rejection
 from streams.wire import encode
 from tests.builders import memory_only_users
 from tests.conftest import events_processed, wait_until

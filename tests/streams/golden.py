@@ -27,9 +27,10 @@ from drift.model import (
     Tick,
 )
 from drift.simulation import Scenario, simulate
-from streams.codec import TICK_KEY, encode_event, encode_tick
+from streams.codec import encode_event
 from streams.engine import Engine, PendingBatch, Record
 from streams.metrics import build_metrics
+from streams.tick import TICK_KEY, encode_tick
 from tests.builders import UserScript
 
 GOLDEN = Path(__file__).with_name("golden_outputs.jsonl")

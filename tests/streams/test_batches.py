@@ -8,7 +8,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 
 from streams.batches import read_batches
-from streams.codec import BatchFault
+from streams.rejection import BatchFault
 
 GZIP = 1
 

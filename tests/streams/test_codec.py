@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from drift.model import BaselineKind, BaselineReconfirmed, MemoryErase, Mode, ModeChanged
 from drift.simulation import Scenario, simulate
-from streams.codec import Rejection, decode_event, encode_event
+from streams.codec import decode_event, encode_event
+from streams.rejection import Rejection
 from tests.builders import UserScript
 
 ROOT = Path(__file__).resolve().parents[2]

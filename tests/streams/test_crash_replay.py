@@ -20,9 +20,10 @@ from prometheus_client import CollectorRegistry
 
 from baselines.store import BaselineStore
 from drift.model import DriftConfig, Tick
-from streams.codec import TICK_KEY, decode_record, encode_event, encode_tick
+from streams.codec import decode_record, encode_event
 from streams.engine import Engine, Record
 from streams.metrics import build_metrics
+from streams.tick import TICK_KEY, encode_tick
 from tests.builders import memory_only_users
 from tests.streams.golden import PARTITIONS, START_S, FixedClock, golden_records, partition_of
 

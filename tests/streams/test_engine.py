@@ -12,9 +12,10 @@ from prometheus_client import CollectorRegistry
 from baselines.store import BaselineStore
 from drift.model import DriftConfig, Tick
 from streams import topics
-from streams.codec import TICK_KEY, encode_event, encode_tick
+from streams.codec import encode_event
 from streams.engine import Engine, PendingBatch, Record
 from streams.metrics import build_metrics
+from streams.tick import TICK_KEY, encode_tick
 from tests.builders import UserScript
 from tests.streams.golden import (
     PARTITIONS,

@@ -21,9 +21,10 @@ import streams.engine as engine_module
 from baselines.store import BaselineStore
 from drift.model import DriftConfig, FhrEvent
 from streams import topics
-from streams.codec import REJECTION_REASONS, Rejection, decode_event, encode_event
+from streams.codec import decode_event, encode_event
 from streams.engine import Engine, Record
 from streams.metrics import build_metrics
+from streams.rejection import REJECTION_REASONS, Rejection
 from tests.builders import UserScript
 
 DEEP = b"[" * 5000 + b"]" * 5000

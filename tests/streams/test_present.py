@@ -17,8 +17,8 @@ from drift.baseline import (
     fold_attunement,
     next_meta,
 )
+from drift.features import WindowStats
 from drift.model import BaselineKind, DriftConfig, Mode, ModelTriple
-from drift.scoring import WindowStats
 from streams.present import describe_baseline
 from streams.wire import iso
 

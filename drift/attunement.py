@@ -1,101 +1,29 @@
-"""Drift components, the composite score and its tier.
+"""The attunement component: a calibrated test of a checkpoint window against the baseline.
 
-Each component is *calibrated*: under no change its value crosses the medium
-threshold with probability ``alpha_medium`` per session and the high threshold
-with probability ``alpha_high``, however few turns the checkpoint holds. See
-``docs/scoring.md`` for the derivation.
+Under no change its value crosses the medium threshold with probability ``alpha_medium``
+per session and the high threshold with probability ``alpha_high``, however few turns the
+checkpoint holds. See ``docs/scoring.md`` for the derivation.
 """
 
 from __future__ import annotations
 
 import math
-from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 from scipy import special
 
 from drift.evolve import fast_init
-from drift.model import FEATURES, DriftConfig, Tier, Turn
+from drift.features import WindowStats
+from drift.model import DriftConfig
+from drift.sums import array_sum
 
 #: Features tested as the relational core of attunement (AD-30 4.1: trust, resonance).
 CORE_FEATURES = ("trust", "resonance_depth")
-#: Features carried on a log scale (counts and durations are right-skewed).
-LOG_FEATURES = frozenset({"user_tokens", "latency_ms"})
 #: Binary features, tested with an exact conditional test.
 BINARY_FEATURES = frozenset({"friction"})
 _FLOOR_P = 1e-12
 _VAR_FLOOR = 1e-8
-
-
-def transform(feature: str, value: float) -> float:
-    """Map a raw dynamics value to the scale the baseline and tests use.
-
-    >>> transform("latency_ms", 0.0), round(transform("user_tokens", 99.0), 4)
-    (0.0, 4.6052)
-    >>> transform("trust", 0.25)
-    0.25
-    """
-    return math.log1p(value) if feature in LOG_FEATURES else value
-
-
-def transform_turn(turn: Turn) -> tuple[float, ...]:
-    """A turn's six dynamics in :data:`FEATURES` order, each through :func:`transform`.
-
-    >>> t = Turn.neutral(1, user_tokens=99, latency_ms=0.0)
-    >>> transform_turn(t) == tuple(transform(f, x) for f, x in zip(FEATURES, t.features()))
-    True
-    """
-    return (turn.trust, turn.resonance_depth, turn.valence, float(turn.friction),
-            math.log1p(turn.user_tokens), math.log1p(turn.latency_ms))
-
-
-@dataclass(frozen=True, slots=True)
-class WindowStats:
-    """Count, mean and sum of squared deviations per feature for one turn window.
-
-    ``mean`` and ``m2`` are kept as arrays of doubles whatever sequence they are given as:
-    a baseline holds up to 15 of these per user (5 sessions x 3 windows), and a tuple of
-    Python floats costs 232 bytes for six values against 128 (docs/performance.md,
-    "Per-user state"). They are never changed; the type says so (``Sequence``).
-    """
-
-    n: int
-    mean: Sequence[float]
-    m2: Sequence[float]
-
-    def __post_init__(self) -> None:
-        for name in ("mean", "m2"):
-            values = getattr(self, name)
-            if not isinstance(values, array):
-                object.__setattr__(self, name, array("d", values))
-
-    def __hash__(self) -> int:
-        return hash((self.n, tuple(self.mean), tuple(self.m2)))
-
-    @staticmethod
-    def of(rows: np.ndarray) -> WindowStats:
-        """Summarise an ``(n_turns, n_features)`` array.
-
-        >>> w = WindowStats.of(np.array([[1.0, 0.0], [3.0, 1.0]]))
-        >>> w.n, w.mean.tolist(), w.m2.tolist()
-        (2, [2.0, 0.5], [2.0, 0.5])
-        """
-        n = int(rows.shape[0])
-        mean = rows.mean(axis=0)
-        m2 = ((rows - mean) ** 2).sum(axis=0)
-        return WindowStats(n, mean.tolist(), m2.tolist())
-
-    def restrict(self, idx: list[int]) -> WindowStats:
-        """The same window over the features at ``idx`` only.
-
-        >>> WindowStats(3, (1.0, 2.0, 3.0), (0.1, 0.2, 0.3)).restrict([2, 0])
-        WindowStats(n=3, mean=array('d', [3.0, 1.0]), m2=array('d', [0.3, 0.1]))
-        """
-        if idx == list(range(len(self.mean))):
-            return self
-        return WindowStats(self.n, [self.mean[i] for i in idx], [self.m2[i] for i in idx])
 
 
 @fast_init
@@ -161,57 +89,6 @@ def severity(p_adjusted: float, config: DriftConfig) -> float:
         value = th + (1.0 - th) * min(1.0, (lp - lh) / (lf - lh))
     return min(1.0, max(0.0, value))
 
-
-def array_sum(values: Sequence[float]) -> float:
-    """``numpy.sum`` of ``values``, bit for bit, without building an array.
-
-    NumPy adds short runs in order and longer ones pairwise in blocks of eight;
-    the scores must not depend on which of the two computed them.
-
-    >>> xs = [0.1 * k for k in range(1, 20)]
-    >>> array_sum(xs) == float(np.sum(xs)), array_sum(xs[:5]) == float(np.sum(xs[:5]))
-    (True, True)
-    """
-    n = len(values)
-    if n < 8:
-        total = -0.0
-        for x in values:
-            total += x
-        return total
-    if n <= 128:
-        r = list(values[:8])
-        i = 8
-        while i < n - n % 8:
-            for j in range(8):
-                r[j] += values[i + j]
-            i += 8
-        total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
-        for x in values[i:]:
-            total += x
-        return total
-    half = n // 2
-    half -= half % 8
-    return array_sum(values[:half]) + array_sum(values[half:])
-
-
-def column_means(rows: Sequence[Sequence[float]]) -> list[float]:
-    """Per-column means of ``rows``, summed row after row and divided by the count.
-
-    For fewer than 8 rows (every early window and late profile at the default
-    configuration) these are the floats NumPy's ``mean(axis=0)`` gives; from 8 rows
-    NumPy may sum in pairwise blocks and differ in the last bits.
-
-    >>> column_means([(1.0, 0.0), (2.0, 1.0)])
-    [1.5, 0.5]
-    >>> rows = [(0.1, 0.7), (0.2, 0.3), (0.3, 0.9)]
-    >>> column_means(rows) == np.asarray(rows).mean(axis=0).tolist()
-    True
-    """
-    total = [float(x) for x in rows[0]]
-    for row in rows[1:]:
-        total = [a + float(b) for a, b in zip(total, row, strict=True)]
-    n = len(rows)
-    return [t / n for t in total]
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +175,7 @@ def score_attunement_drift(
     p-value wins after a weighted Bonferroni split (``core_share``). The result is
     adjusted for the look (``look_share``) and mapped by :func:`severity`.
 
+    >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> feats = ("trust", "resonance_depth", "valence")
     >>> sessions = [WindowStats.of(rng.normal(0.6, 0.1, (5, 3))) for _ in range(3)]
@@ -355,90 +233,3 @@ def score_attunement_drift(
     ranked = tuple(sorted(tests, key=lambda t: -t.z))
     return AttunementTest(p_value, p_adj, look, window, len(current), ranked,
                           severity(p_adj, config))
-
-
-def semantic_drift(referenced: Mapping[str, str]) -> float | None:
-    """Share of referenced baseline commitments whose latest stance contradicts or retracts.
-
-    ``None`` when the session referenced none of them.
-
-    >>> semantic_drift({"c1": "affirm", "c2": "contradict", "c3": "retract", "c4": "affirm"})
-    0.5
-    >>> semantic_drift({}) is None
-    True
-    """
-    if not referenced:
-        return None
-    broken = sum(1 for stance in referenced.values() if stance in ("contradict", "retract"))
-    return broken / len(referenced)
-
-
-def safety_drift(baseline: tuple[str, str, str], current: tuple[str, str, str]) -> float:
-    """Share of the safety fields (gate config, drift policy, consent state) that differ.
-
-    >>> safety_drift(("g1", "p1", "c1"), ("g1", "p2", "c1"))
-    0.3333333333333333
-    """
-    return sum(1 for a, b in zip(baseline, current) if a != b) / len(baseline)
-
-
-@dataclass(frozen=True, slots=True)
-class Composite:
-    score: float
-    tier: Tier
-    driver: str
-
-
-def composite(
-    attunement: float | None, semantic: float | None, safety: float | None,
-    config: DriftConfig,
-) -> Composite | None:
-    """Combine the available components into ``continuity_drift_score`` and its tier.
-
-    The components are calibrated evidence on one scale, so the composite is
-    their weighted sum, capped at 1: with no semantic or safety change it equals
-    the attunement component and keeps its false-alarm rates; independent
-    evidence from several components adds up. Any safety mismatch is high.
-
-    >>> cfg = DriftConfig()
-    >>> composite(0.2, None, 0.0, cfg)
-    Composite(score=0.2, tier=<Tier.LOW: 0>, driver='attunement')
-    >>> composite(0.35, 0.5, 0.0, cfg).tier.label
-    'high'
-    >>> composite(0.0, None, 1 / 3, cfg).tier.label
-    'high'
-    >>> composite(None, None, None, cfg) is None
-    True
-    """
-    parts = {
-        "attunement": (attunement, config.weight_attunement),
-        "semantic": (semantic, config.weight_semantic),
-        "safety": (safety, config.weight_safety),
-    }
-    available = {k: v * w for k, (v, w) in parts.items() if v is not None}
-    if not available:
-        return None
-    score = min(1.0, sum(available.values()))
-    driver = max(available, key=lambda k: available[k])
-    if safety:
-        return Composite(max(score, config.threshold_high), Tier.HIGH, "safety")
-    tier = (Tier.HIGH if score >= config.threshold_high
-            else Tier.MEDIUM if score >= config.threshold_medium else Tier.LOW)
-    return Composite(score, tier, driver)
-
-
-__all__ = [
-    "FEATURES",
-    "AttunementTest",
-    "Composite",
-    "FeatureTest",
-    "WindowStats",
-    "column_means",
-    "composite",
-    "look_share",
-    "safety_drift",
-    "score_attunement_drift",
-    "semantic_drift",
-    "severity",
-    "transform",
-]
