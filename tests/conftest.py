@@ -244,7 +244,13 @@ def _call(req: urllib.request.Request) -> tuple[int, Any]:
         return exc.code, json.loads(body) if body else None
 
 
-FAST = {"worker": {"timer_interval_s": 1.0, "batch_within_s": 0.05}}
+#: The worker settings tests start workers with. Shorter than the defaults where a test would
+#: otherwise wait them out: the group's session timeout (how long a killed or restarted
+#: member holds its partitions), the heartbeat under it, and how long a rebalance waits for
+#: members to rejoin. Quiet-partition ticks keep the default (30 s): a tick is an input, and
+#: the tests that compare with the pure replay of the events they sent must not get one.
+FAST = {"worker": {"timer_interval_s": 1.0, "batch_within_s": 0.05, "session_timeout_s": 2.0,
+                   "heartbeat_interval_s": 0.5, "rebalance_timeout_s": 3.0}}
 
 
 @pytest.fixture

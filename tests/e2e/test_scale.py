@@ -16,6 +16,7 @@ from pathlib import Path
 from drift.model import FhrEvent
 from drift.simulation import Scenario, SimParams, simulate
 from tests.conftest import (
+    FAST,
     REPLAYED,
     Broker,
     WorkerProcess,
@@ -128,7 +129,7 @@ def test_run_workers_n_shares_the_group_and_restarts_a_killed_worker(broker, tmp
     while any(_port_taken(base + i) for i in range(3)):
         base = free_loopback_port()
     cfg = tmp_path / "fast.toml"
-    cfg.write_text("[worker]\ntimer_interval_s = 1.0\n")
+    cfg.write_text("[worker]\n" + "".join(f"{k} = {v}\n" for k, v in FAST["worker"].items()))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
     env.update(CONTINUITY_REVIEW_TOKEN=TOKEN, PYTHONWARNINGS="ignore")
     log = open(tmp_path / "supervisor.log", "wb")  # noqa: SIM115 - closed below
