@@ -107,6 +107,17 @@ class Broker:
         finally:
             consumer.close()
 
+    def committed(self, group: str = "continuity-drift", topic: str = topics.INPUT) -> int:
+        """The offsets ``group`` has committed on ``topic``, summed over its partitions: a
+        worker commits them once what it published for the records before them is acked."""
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group,
+                                 enable_auto_commit=False)
+        try:
+            parts = sorted(consumer.partitions_for_topic(topic) or [])
+            return sum(consumer.committed(TopicPartition(topic, p)) or 0 for p in parts)
+        finally:
+            consumer.close()
+
     def changelog_bytes(self) -> bytes:
         """The state data of every changelog topic, chunks joined, as a worker reads it; read
         again if a worker rolled a generation meanwhile (topics came or went)."""

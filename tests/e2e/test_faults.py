@@ -116,7 +116,8 @@ def test_a_durable_broker_restarted_mid_stream_loses_nothing(tmp_path):
                        >= len(first["score"]) // 3, 120, "the worker mid-stream", interval_s=0.05)
             broker.close()
             embedded.stop()
-            time.sleep(3)
+            wait_until(lambda: worker.get("/healthz")[1]["status"] == "degraded", 60,
+                       "the worker seeing the broker gone")
             embedded.start()
             wait_until(lambda: worker.get("/readyz")[0] == 200, 120, "ready after the restart")
             broker.send_events(events[half:])

@@ -9,7 +9,6 @@ scores, HOLDs and responses would differ from the replay's).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -110,7 +109,10 @@ def test_three_workers_killed_added_and_stopped_lose_nothing(broker, start_worke
     wait_until(_settled(workers), 60, "the stopped worker's partitions taken over")
     want = replay_ids(events)
     _wait_for(broker, want, "every output")
-    time.sleep(2)  # anything extra a worker would publish late
+    # A record's outputs are acked before the group commits past it: once the commits reach
+    # the end of the log, nothing a worker publishes late can still be on its way.
+    wait_until(lambda: broker.committed() >= len(events), 60, "the group committed to the end",
+               detail=lambda: f"committed {broker.committed()} of {len(events)}")
     assert published_ids(broker) == want
 
 
@@ -264,7 +266,7 @@ def test_readyz_is_503_while_a_partition_is_restored(broker, start_worker):
                 seen.append((exc.code, json.loads(exc.read())["restoring"]))
             except OSError:
                 pass
-            time.sleep(0.01)
+            done.wait(0.01)
 
     second.start(wait_ready=False)
     poller = threading.Thread(target=poll)
