@@ -221,7 +221,8 @@ def _partition(user_id: str, partitions: int = 4) -> int:
 
 
 def test_the_sweep_purges_baselines_of_users_who_never_return(broker, start_worker):
-    worker = start_worker()
+    # The sweep runs on a tick, which a partition gets once it has been quiet this long.
+    worker = start_worker(config={"worker": {"quiet_after_s": 1.0}})
     quiet = UserScript("quiet-user", seed=10)
     for i in range(2):
         quiet.session(f"q-{i}", mode=Mode.LIGHT)
