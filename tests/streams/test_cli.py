@@ -101,7 +101,7 @@ def test_the_demo_keeps_its_data_outside_the_checkout_and_leaves_no_worker(
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
     env["PYTHONWARNINGS"] = "ignore"
     done = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "demo", "--users", "1", "--duration", "25",
+        [sys.executable, "-m", "streams.cli", "demo", "--users", "1", "--duration", "5",
          "--web-port", str(port)], cwd=REPO, env=env, capture_output=True, text=True,
         timeout=240, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
