@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from drift.model import FhrEvent
@@ -25,6 +26,18 @@ from streams.codec import encode_event
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "test-review-token"
+
+#: ``quick`` (the default) runs a fifth of each property test's examples;
+#: ``HYPOTHESIS_PROFILE=full`` runs every one (docs/testing.md).
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "quick")
+settings.register_profile("quick", max_examples=20)
+settings.register_profile("full", max_examples=100)
+settings.load_profile(PROFILE)
+
+
+def examples(full: int) -> int:
+    """How many examples a property test written for ``full`` runs under the profile."""
+    return full if PROFILE == "full" else max(10, full // 5)
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
