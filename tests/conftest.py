@@ -277,6 +277,15 @@ FAST = {"worker": {"timer_interval_s": 1.0, "batch_within_s": 0.05, "session_tim
                    "heartbeat_interval_s": 0.5, "rebalance_timeout_s": 3.0}}
 
 
+def fast_env() -> dict[str, str]:
+    """The environment for a command that starts its own worker (the demo): this one's
+    without ``CONTINUITY_*``, with :data:`FAST` as ``CONTINUITY_*`` settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
+    env.update({f"CONTINUITY_{k.upper()}": str(v) for k, v in FAST["worker"].items()})
+    env["PYTHONWARNINGS"] = "ignore"
+    return env
+
+
 @pytest.fixture
 def start_worker(broker: Broker, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     started: list[WorkerProcess] = []

@@ -20,7 +20,7 @@ from drift.simulation import Scenario, simulate_user
 from streams.broker import free_loopback_port
 from streams.cli import main
 from streams.cli.parser import build_parser
-from tests.conftest import REPO
+from tests.conftest import REPO, fast_env
 
 
 def test_help_lists_every_command_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,11 +98,9 @@ def test_out_of_range_arguments_are_refused_before_anything_starts(
 def test_the_demo_keeps_its_data_outside_the_checkout_and_leaves_no_worker(
         tmp_path: Path) -> None:
     port = free_loopback_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
-    env["PYTHONWARNINGS"] = "ignore"
     done = subprocess.run(
         [sys.executable, "-m", "streams.cli", "demo", "--users", "1", "--duration", "5",
-         "--web-port", str(port)], cwd=REPO, env=env, capture_output=True, text=True,
+         "--web-port", str(port)], cwd=REPO, env=fast_env(), capture_output=True, text=True,
         timeout=240, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     line = next(x for x in done.stdout.splitlines() if x.startswith("data and DuckDB file:"))

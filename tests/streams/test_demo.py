@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import shlex
 import shutil
@@ -34,9 +33,10 @@ from streams.demo.screen import View, legend, live_screen
 from streams.demo.tally import Scrape, Tally
 from streams.demo.traffic import Story
 from streams.wire import encode
-from tests.conftest import REPO
+from tests.conftest import REPO, fast_env
 
-DURATION_S = 24
+#: Long enough for a summary with scores 8 s before the last, with 10 s to get there.
+DURATION_S = 20
 COUNTERS = ("continuity_scores_total", "continuity_responses_total",
             "continuity_governance_violations_total", "continuity_escalations_total",
             "continuity_erasures_total", "continuity_rejections_total")
@@ -73,12 +73,10 @@ class DemoRun:
 @pytest.fixture(scope="module")
 def demo() -> Iterator[DemoRun]:
     port = free_loopback_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
-    env["PYTHONWARNINGS"] = "ignore"
     proc = subprocess.Popen(
         [sys.executable, "-m", "streams.cli", "demo", "--duration", str(DURATION_S),
          "--users", "2", "--rate", "400", "--web-port", str(port)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=REPO, env=fast_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pages: list[str] = []
     done = threading.Event()
 
