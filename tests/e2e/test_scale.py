@@ -85,7 +85,9 @@ def test_three_workers_killed_added_and_stopped_lose_nothing(broker, start_worke
                          Scenario.SEMANTIC_CONTRADICTION, Scenario.GOVERNANCE])
     quarter = len(events) // 4
     cuts = [quarter, 2 * quarter, 3 * quarter, len(events)]
-    workers = [start_worker(f"w{i}") for i in range(3)]
+    workers = [start_worker(f"w{i}", wait_ready=False) for i in range(3)]  # start side by side
+    for w in workers:
+        w.wait_ready()
     wait_until(_settled(workers), 60, "three workers sharing the partitions")
 
     broker.send_events(events[:cuts[0]])
@@ -189,7 +191,9 @@ def test_any_worker_answers_the_review_api_for_any_user(broker, start_worker):
     from tests.builders import UserScript
     from tests.conftest import TOKEN
 
-    one, two = start_worker("one"), start_worker("two")
+    one, two = start_worker("one", wait_ready=False), start_worker("two", wait_ready=False)
+    one.wait_ready()
+    two.wait_ready()
     wait_until(_settled([one, two]), 60, "two workers sharing the partitions")
     users = [UserScript(f"review-{i}", seed=40 + i) for i in range(8)]
     for u in users:
