@@ -10,6 +10,7 @@ import json
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -52,6 +53,8 @@ class DemoRun:
     returncode: int
     last_metrics: str
     """The last /metrics page of the demo's worker that answered while the demo ran."""
+    port: int
+    """The demo worker's web port."""
 
     @property
     def text(self) -> str:
@@ -98,15 +101,17 @@ def demo() -> Iterator[DemoRun]:
         done.set()
         proc.kill()
         sampler.join()
-    run = DemoRun(out.splitlines(), err, proc.returncode, pages[0] if pages else "")
+    run = DemoRun(out.splitlines(), err, proc.returncode, pages[0] if pages else "", port)
     yield run
     data = [x for x in run.lines if x.startswith("data and DuckDB file: ")]
     if data:
         shutil.rmtree(data[0].split(": ", 1)[1], ignore_errors=True)
 
 
-def test_the_demo_runs_and_stops_by_itself(demo: DemoRun) -> None:
+def test_the_demo_runs_and_stops_by_itself_and_leaves_no_worker(demo: DemoRun) -> None:
     assert demo.returncode == 0, demo.stderr[-2000:]
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", demo.port)) != 0, "a worker still holds the demo's port"
 
 
 def test_traffic_still_flows_late_in_the_run(demo: DemoRun) -> None:
