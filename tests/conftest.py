@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from drift.model import FhrEvent
@@ -25,6 +26,18 @@ from streams.codec import encode_event
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "test-review-token"
+
+#: ``quick`` (the default) runs a fifth of each property test's examples;
+#: ``HYPOTHESIS_PROFILE=full`` runs every one (docs/testing.md).
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "quick")
+settings.register_profile("quick", max_examples=20)
+settings.register_profile("full", max_examples=100)
+settings.load_profile(PROFILE)
+
+
+def examples(full: int) -> int:
+    """How many examples a property test written for ``full`` runs under the profile."""
+    return full if PROFILE == "full" else max(10, full // 5)
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
@@ -104,6 +117,17 @@ class Broker:
                     raise AssertionError(f"{topic}: not read to its high watermark in "
                                          f"{timeout_s:.0f} s")
             return [r for p in sorted(got) for r in got[p]]
+        finally:
+            consumer.close()
+
+    def committed(self, group: str = "continuity-drift", topic: str = topics.INPUT) -> int:
+        """The offsets ``group`` has committed on ``topic``, summed over its partitions: a
+        worker commits them once what it published for the records before them is acked."""
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group,
+                                 enable_auto_commit=False)
+        try:
+            parts = sorted(consumer.partitions_for_topic(topic) or [])
+            return sum(consumer.committed(TopicPartition(topic, p)) or 0 for p in parts)
         finally:
             consumer.close()
 
@@ -244,7 +268,22 @@ def _call(req: urllib.request.Request) -> tuple[int, Any]:
         return exc.code, json.loads(body) if body else None
 
 
-FAST = {"worker": {"timer_interval_s": 1.0, "batch_within_s": 0.05}}
+#: The worker settings tests start workers with. Shorter than the defaults where a test would
+#: otherwise wait them out: the group's session timeout (how long a killed or restarted
+#: member holds its partitions), the heartbeat under it, and how long a rebalance waits for
+#: members to rejoin. Quiet-partition ticks keep the default (30 s): a tick is an input, and
+#: the tests that compare with the pure replay of the events they sent must not get one.
+FAST = {"worker": {"timer_interval_s": 1.0, "batch_within_s": 0.05, "session_timeout_s": 2.0,
+                   "heartbeat_interval_s": 0.5, "rebalance_timeout_s": 3.0}}
+
+
+def fast_env() -> dict[str, str]:
+    """The environment for a command that starts its own worker (the demo): this one's
+    without ``CONTINUITY_*``, with :data:`FAST` as ``CONTINUITY_*`` settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
+    env.update({f"CONTINUITY_{k.upper()}": str(v) for k, v in FAST["worker"].items()})
+    env["PYTHONWARNINGS"] = "ignore"
+    return env
 
 
 @pytest.fixture

@@ -71,9 +71,12 @@ def poll(description: str, check: Callable[[], T | None], timeout_s: float,
     return result
 
 
-@pytest.fixture
-def prometheus_url(worker_metrics_url: str, tmp_path: Path) -> Iterator[str]:
-    """A real Prometheus on a free loopback port, scraping the worker every second."""
+@pytest.fixture(scope="module")
+def prometheus_url(worker_metrics_url: str, tmp_path_factory: pytest.TempPathFactory
+                   ) -> Iterator[str]:
+    """A real Prometheus on a free loopback port, scraping the worker every second; the
+    tests only query it, so they share one."""
+    tmp_path = tmp_path_factory.mktemp("prometheus")
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("prometheus is not on PATH (Debian package `prometheus`)")

@@ -35,6 +35,7 @@ from drift.model import (
     event_type_of,
 )
 from drift.outputs import Action, DriftScore, ErasureCommand, Output, Response
+from tests.conftest import examples
 
 CFG = DriftConfig()
 MODELS = (ModelTriple("m-a", "t-a", "bf16"), ModelTriple("m-b", "t-b", "fp8"))
@@ -148,7 +149,7 @@ EVERY_ERASURE = [
 ]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(plans, min_size=1, max_size=8), st.sampled_from([0, 0, 5, 9]))
 @example(EVERY_ERASURE, 0)
 def test_replaying_any_sequence_gives_the_same_effects(sessions: list[Plan], resend: int
@@ -157,7 +158,7 @@ def test_replaying_any_sequence_gives_the_same_effects(sessions: list[Plan], res
     assert _run(events) == _run(events)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(plans, min_size=3, max_size=8), st.sampled_from([0, 7]))
 def test_the_effective_tier_never_goes_down_within_a_session(sessions: list[Plan], resend: int
                                                              ) -> None:

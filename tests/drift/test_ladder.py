@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from drift import ladder
 from drift.model import BaselineKind, Tier
 from drift.outputs import Action
+from tests.conftest import examples
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ ops_st = st.lists(
 
 
 @given(ops_st)
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 def test_no_sequence_lowers_the_tier_or_lifts_a_hold_without_a_covering_reconfirm(
     ops: list[Op],
 ) -> None:
@@ -94,7 +95,7 @@ def test_no_sequence_lowers_the_tier_or_lifts_a_hold_without_a_covering_reconfir
 @given(st.lists(st.builds(Score, st.sampled_from(list(Tier)), kinds_st), min_size=1,
                 max_size=20),
        st.integers(min_value=1, max_value=5))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 def test_a_hold_survives_any_number_of_sessions_until_reconfirmed(
     scores: list[Score], sessions: int,
 ) -> None:

@@ -19,6 +19,7 @@ from drift.reattune import (
     turns_to_baseline,
 )
 from drift.sums import array_sum
+from tests.conftest import examples
 
 CFG = DriftConfig()
 #: Every phase but ``explain``, which needs libcst and only decorates a failure report.
@@ -76,7 +77,7 @@ def _parts(score: ReattuneScore) -> list[float]:
 # --------------------------------------------------------------------------- properties
 
 
-@settings(max_examples=300, deadline=None, phases=PHASES)
+@settings(max_examples=examples(300), deadline=None, phases=PHASES)
 @given(profiles(), trust_slots, semantics, configs())
 def test_score_and_every_component_stay_in_the_unit_interval(
     data: tuple[np.ndarray, np.ndarray, np.ndarray], trust: int | None, semantic: float | None,
@@ -89,7 +90,7 @@ def test_score_and_every_component_stay_in_the_unit_interval(
     assert ttb is None or min(config.reattune_window, len(early)) <= ttb <= len(early)
 
 
-@settings(max_examples=300, deadline=None, phases=PHASES)
+@settings(max_examples=examples(300), deadline=None, phases=PHASES)
 @given(profiles(), trust_slots, st.sampled_from([None, 0.0]), configs())
 def test_identical_dynamics_give_the_maximum_score(
     data: tuple[np.ndarray, np.ndarray, np.ndarray], trust: int | None, semantic: float | None,
@@ -103,7 +104,7 @@ def test_identical_dynamics_give_the_maximum_score(
     assert score.turns_to_baseline == min(config.reattune_window, early.shape[0])
 
 
-@settings(max_examples=500, deadline=None, phases=PHASES)
+@settings(max_examples=examples(500), deadline=None, phases=PHASES)
 @given(profiles(), st.floats(1.0, 50.0, allow_nan=False), trust_slots, semantics, configs())
 def test_moving_further_from_the_profile_never_scores_higher(
     data: tuple[np.ndarray, np.ndarray, np.ndarray], lam: float, trust: int | None,
@@ -125,7 +126,7 @@ def test_moving_further_from_the_profile_never_scores_higher(
         assert b.turns_to_baseline <= w.turns_to_baseline
 
 
-@settings(max_examples=200, deadline=None, phases=PHASES)
+@settings(max_examples=examples(200), deadline=None, phases=PHASES)
 @given(profiles(), trust_slots, st.floats(0.0, 1.0), st.floats(0.0, 1.0), configs())
 def test_more_contradicted_commitments_never_score_higher(
     data: tuple[np.ndarray, np.ndarray, np.ndarray], trust: int | None, a: float, b: float,
@@ -139,7 +140,7 @@ def test_more_contradicted_commitments_never_score_higher(
     assert broken.quality <= kept.quality + 1e-12
 
 
-@settings(max_examples=200, deadline=None, phases=PHASES)
+@settings(max_examples=examples(200), deadline=None, phases=PHASES)
 @given(profiles(), st.sampled_from([0.9, 0.95, 0.99]))
 def test_turns_to_baseline_is_the_first_window_within_tolerance(
     data: tuple[np.ndarray, np.ndarray, np.ndarray], level: float,
@@ -160,7 +161,7 @@ def _numpy_gap(rows: np.ndarray, late: np.ndarray, sd: np.ndarray, late_turns: i
     return np.asarray((rows.mean(axis=0) - late) / (sd * math.sqrt(1.0 / n + 1.0 / late_turns)))
 
 
-@settings(max_examples=300, deadline=None, phases=PHASES)
+@settings(max_examples=examples(300), deadline=None, phases=PHASES)
 @given(profiles(), st.integers(1, 12))
 def test_the_plain_float_gap_is_the_numpy_one(
     data: tuple[np.ndarray, np.ndarray, np.ndarray], late_turns: int,

@@ -14,6 +14,7 @@ from drift.composite import composite
 from drift.features import WindowStats
 from drift.model import DriftConfig, Tier
 from drift.sums import column_means
+from tests.conftest import examples
 
 unit = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 component = st.one_of(st.none(), unit)
@@ -38,7 +39,7 @@ def configs(draw: st.DrawFn) -> DriftConfig:
 
 
 @given(configs(), unit, unit)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_severity_is_in_unit_interval_and_falls_as_p_grows(cfg: DriftConfig, p1: float,
                                                            p2: float) -> None:
     lo, hi = sorted((p1, p2))
@@ -47,7 +48,7 @@ def test_severity_is_in_unit_interval_and_falls_as_p_grows(cfg: DriftConfig, p1:
 
 
 @given(configs())
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 def test_severity_puts_the_alphas_on_the_tier_thresholds(cfg: DriftConfig) -> None:
     assert severity(cfg.alpha_medium, cfg) == pytest.approx(cfg.threshold_medium, abs=1e-9)
     assert severity(cfg.alpha_high, cfg) == pytest.approx(cfg.threshold_high, abs=1e-9)
@@ -62,7 +63,7 @@ def test_severity_puts_the_alphas_on_the_tier_thresholds(cfg: DriftConfig) -> No
 
 
 @given(component, component, component, configs())
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 def test_composite_is_in_unit_interval_and_never_below_any_weighted_component(
     att: float | None, sem: float | None, saf: float | None, cfg: DriftConfig,
 ) -> None:
@@ -88,7 +89,7 @@ def test_composite_is_in_unit_interval_and_never_below_any_weighted_component(
 
 
 @given(unit, unit, unit, unit, configs())
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_more_evidence_never_lowers_the_composite(att: float, sem: float, extra: float,
                                                   saf: float, cfg: DriftConfig) -> None:
     base = composite(att, sem, saf, cfg)
@@ -152,7 +153,7 @@ def _baseline(rng: np.random.Generator, sessions: int, window: int,
 
 @given(st.integers(min_value=0, max_value=2**32 - 1), st.integers(min_value=1, max_value=4),
        st.floats(min_value=-3.0, max_value=3.0), st.floats(min_value=0.1, max_value=10.0))
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 def test_attunement_test_is_in_range_and_invariant_to_units(seed: int, look: int, shift: float,
                                                             scale: float) -> None:
     cfg = DriftConfig()
@@ -175,7 +176,7 @@ def test_attunement_test_is_in_range_and_invariant_to_units(seed: int, look: int
 
 
 @given(st.integers(min_value=0, max_value=2**32 - 1))
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 def test_a_later_look_needs_stronger_evidence(seed: int) -> None:
     cfg = DriftConfig()
     rng = np.random.default_rng(seed)
@@ -246,7 +247,7 @@ def test_a_shift_in_the_core_features_is_attributed_to_them(shift: float) -> Non
 @given(st.integers(min_value=1, max_value=7).flatmap(
     lambda n: st.lists(st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False),
                                 min_size=6, max_size=6), min_size=n, max_size=n)))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 def test_column_means_are_numpys_below_eight_rows(rows: list[list[float]]) -> None:
     """The late profile and the re-attunement window are averaged in plain floats: below
     8 rows they must be NumPy's ``mean(axis=0)`` to the last bit (the stored baselines and

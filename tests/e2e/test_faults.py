@@ -1,4 +1,4 @@
-"""Broker faults: the broker out of reach for 30 s, and a durable broker restarted mid-stream.
+"""Broker faults: the broker out of reach for a while, and a durable broker restarted mid-stream.
 
 Both compare with the pure replay of the same events: the set of output ids is the
 replay's, and no output id was published twice.
@@ -27,6 +27,11 @@ from tests.conftest import (
     wait_until,
 )
 from tests.faults import TcpProxy, loopback_s3
+
+#: How long the broker stays out of reach: five of the session timeouts the tests give a
+#: worker, and several rounds of its broker probe, so the worker has given up on every
+#: connection and gone on retrying before the broker comes back.
+OUTAGE_S = 5 * FAST["worker"]["session_timeout_s"]
 
 
 def _events() -> list[FhrEvent]:
@@ -64,7 +69,7 @@ def proxied(tmp_path: Path) -> Iterator[tuple[Broker, TcpProxy]]:
             proxy.cut()
 
 
-def test_a_broker_out_of_reach_for_30_s_degrades_the_worker_and_loses_nothing(proxied, tmp_path):
+def test_a_broker_out_of_reach_degrades_the_worker_and_loses_nothing(proxied, tmp_path):
     broker, proxy = proxied
     worker = WorkerProcess(broker.bootstrap, tmp_path / "w", {k: dict(v) for k, v in FAST.items()})
     worker.start()
@@ -81,10 +86,10 @@ def test_a_broker_out_of_reach_for_30_s_degrades_the_worker_and_loses_nothing(pr
         wait_until(lambda: worker.get("/healthz")[1]["status"] == "degraded", 20,
                    "/healthz degraded")
         assert worker.get("/readyz")[0] == 503
-        while time.monotonic() - cut_at < 30:
+        while time.monotonic() - cut_at < OUTAGE_S:  # the outage itself: it lasts, on purpose
             assert worker.proc is not None and worker.proc.poll() is None, "the worker exited"
             assert worker.get("/healthz")[0] == 200
-            time.sleep(1)
+            time.sleep(0.5)
         proxy.restore()
         wait_until(lambda: worker.get("/readyz")[0] == 200, 90, "ready again")
         assert worker.get("/healthz")[1] == {"status": "ok"}
@@ -116,7 +121,8 @@ def test_a_durable_broker_restarted_mid_stream_loses_nothing(tmp_path):
                        >= len(first["score"]) // 3, 120, "the worker mid-stream", interval_s=0.05)
             broker.close()
             embedded.stop()
-            time.sleep(3)
+            wait_until(lambda: worker.get("/healthz")[1]["status"] == "degraded", 60,
+                       "the worker seeing the broker gone")
             embedded.start()
             wait_until(lambda: worker.get("/readyz")[0] == 200, 120, "ready after the restart")
             broker.send_events(events[half:])

@@ -10,6 +10,7 @@ from pathlib import Path
 from drift.model import MemoryWrite, Mode, ModeChanged, Semantic, SessionStart
 from drift.simulation import MODEL_A
 from streams import topics
+from streams.cli import main
 from tests.builders import UserScript
 from tests.conftest import REPO, TOKEN, events_processed, wait_until
 
@@ -221,7 +222,8 @@ def _partition(user_id: str, partitions: int = 4) -> int:
 
 
 def test_the_sweep_purges_baselines_of_users_who_never_return(broker, start_worker):
-    worker = start_worker()
+    # The sweep runs on a tick, which a partition gets once it has been quiet this long.
+    worker = start_worker(config={"worker": {"quiet_after_s": 1.0}})
     quiet = UserScript("quiet-user", seed=10)
     for i in range(2):
         quiet.session(f"q-{i}", mode=Mode.LIGHT)
@@ -243,13 +245,13 @@ def test_the_sweep_purges_baselines_of_users_who_never_return(broker, start_work
     assert {t["reason"] for t in history["tombstones"]} == {"ttl_expired"}
 
 
-def _cli_json(*argv: str) -> tuple[int, object, str]:
-    done = subprocess.run([sys.executable, "-m", "streams.cli", *argv], cwd=REPO,
-                          capture_output=True, text=True, timeout=60, check=False)
-    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None, done.stderr
+def test_baselines_answer_the_same_from_the_api_and_the_data_dir(broker, start_worker, capsys):
+    def _cli_json(*argv: str) -> tuple[int, object, str]:
+        """The command in this process (a subprocess of it is in the test above)."""
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, json.loads(out) if out.strip() else None, err
 
-
-def test_baselines_answer_the_same_from_the_api_and_the_data_dir(broker, start_worker):
     worker = start_worker()
     users = [UserScript(f"same-shape-{i}", seed=60 + i) for i in range(3)]
     for u in users:

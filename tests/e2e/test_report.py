@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -242,13 +243,15 @@ class DrillDowns:
 
 @pytest.fixture(scope="module")
 def drill_downs(week: Week) -> DrillDowns:
-    html, twin_path = week.report("user", "--user", HELD, "--api", week.worker.url,
-                                  "--token", TOKEN)
+    api = ("--api", week.worker.url, "--token", TOKEN)
+    with ThreadPoolExecutor() as pool:  # three independent reads of the same topics
+        user = pool.submit(week.report, "user", "--user", HELD, *api)
+        no_api = pool.submit(week.report, "user-no-api", "--user", HELD)
+        downgraded = pool.submit(week.report, "downgraded", "--user", DOWNGRADED, *api)
+        (html, twin_path), (without_api, _) = user.result(), no_api.result()
+        hidden, hidden_twin = downgraded.result()
     rendered = render(html, week.work / "user.png", week.work)
     _keep_screenshot(rendered.png, "report-user.png")
-    without_api, _ = week.report("user-no-api", "--user", HELD)
-    hidden, hidden_twin = week.report("downgraded", "--user", DOWNGRADED, "--api",
-                                      week.worker.url, "--token", TOKEN)
     return DrillDowns(html, json.loads(twin_path.read_text()), rendered, without_api, hidden,
                       json.loads(hidden_twin.read_text()))
 

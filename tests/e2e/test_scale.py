@@ -9,13 +9,13 @@ scores, HOLDs and responses would differ from the replay's).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from drift.model import FhrEvent
 from drift.simulation import Scenario, SimParams, simulate
 from tests.conftest import (
+    FAST,
     REPLAYED,
     Broker,
     WorkerProcess,
@@ -85,7 +85,9 @@ def test_three_workers_killed_added_and_stopped_lose_nothing(broker, start_worke
                          Scenario.SEMANTIC_CONTRADICTION, Scenario.GOVERNANCE])
     quarter = len(events) // 4
     cuts = [quarter, 2 * quarter, 3 * quarter, len(events)]
-    workers = [start_worker(f"w{i}") for i in range(3)]
+    workers = [start_worker(f"w{i}", wait_ready=False) for i in range(3)]  # start side by side
+    for w in workers:
+        w.wait_ready()
     wait_until(_settled(workers), 60, "three workers sharing the partitions")
 
     broker.send_events(events[:cuts[0]])
@@ -109,7 +111,10 @@ def test_three_workers_killed_added_and_stopped_lose_nothing(broker, start_worke
     wait_until(_settled(workers), 60, "the stopped worker's partitions taken over")
     want = replay_ids(events)
     _wait_for(broker, want, "every output")
-    time.sleep(2)  # anything extra a worker would publish late
+    # A record's outputs are acked before the group commits past it: once the commits reach
+    # the end of the log, nothing a worker publishes late can still be on its way.
+    wait_until(lambda: broker.committed() >= len(events), 60, "the group committed to the end",
+               detail=lambda: f"committed {broker.committed()} of {len(events)}")
     assert published_ids(broker) == want
 
 
@@ -128,7 +133,7 @@ def test_run_workers_n_shares_the_group_and_restarts_a_killed_worker(broker, tmp
     while any(_port_taken(base + i) for i in range(3)):
         base = free_loopback_port()
     cfg = tmp_path / "fast.toml"
-    cfg.write_text("[worker]\ntimer_interval_s = 1.0\n")
+    cfg.write_text("[worker]\n" + "".join(f"{k} = {v}\n" for k, v in FAST["worker"].items()))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
     env.update(CONTINUITY_REVIEW_TOKEN=TOKEN, PYTHONWARNINGS="ignore")
     log = open(tmp_path / "supervisor.log", "wb")  # noqa: SIM115 - closed below
@@ -186,7 +191,9 @@ def test_any_worker_answers_the_review_api_for_any_user(broker, start_worker):
     from tests.builders import UserScript
     from tests.conftest import TOKEN
 
-    one, two = start_worker("one"), start_worker("two")
+    one, two = start_worker("one", wait_ready=False), start_worker("two", wait_ready=False)
+    one.wait_ready()
+    two.wait_ready()
     wait_until(_settled([one, two]), 60, "two workers sharing the partitions")
     users = [UserScript(f"review-{i}", seed=40 + i) for i in range(8)]
     for u in users:
@@ -263,7 +270,7 @@ def test_readyz_is_503_while_a_partition_is_restored(broker, start_worker):
                 seen.append((exc.code, json.loads(exc.read())["restoring"]))
             except OSError:
                 pass
-            time.sleep(0.01)
+            done.wait(0.01)
 
     second.start(wait_ready=False)
     poller = threading.Thread(target=poll)

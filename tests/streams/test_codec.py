@@ -18,6 +18,7 @@ from drift.simulation import Scenario, simulate
 from streams.codec import decode_event, encode_event
 from streams.rejection import Rejection
 from tests.builders import UserScript
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = ROOT / "schemas" / "fhr-1.schema.json"
@@ -141,7 +142,7 @@ def test_duplicate_reconfirmed_kinds_are_rejected_as_the_schema_does() -> None:
     assert isinstance(result, Rejection) and result.reason == "out_of_range"
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
                     | st.text(max_size=20),
                     lambda children: st.lists(children, max_size=3)
@@ -156,7 +157,7 @@ def test_arbitrary_json_never_crashes_and_agrees_with_the_schema(doc: Any) -> No
         assert isinstance(result, Rejection)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.sampled_from(VALID), st.integers(min_value=0, max_value=2**32 - 1))
 def test_single_field_perturbations_agree_with_the_schema(base: dict[str, Any], seed: int
                                                           ) -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -35,9 +35,10 @@ from streams.demo.tally import Scrape, Tally
 from streams.demo.traffic import Story
 from streams.rejection import Rejection
 from streams.wire import encode
-from tests.conftest import REPO
+from tests.conftest import REPO, fast_env
 
-DURATION_S = 24
+#: Long enough for a summary with scores 8 s before the last, with 10 s to get there.
+DURATION_S = 20
 COUNTERS = ("continuity_scores_total", "continuity_responses_total",
             "continuity_governance_violations_total", "continuity_escalations_total",
             "continuity_erasures_total", "continuity_rejections_total")
@@ -53,6 +54,8 @@ class DemoRun:
     returncode: int
     last_metrics: str
     """The last /metrics page of the demo's worker that answered while the demo ran."""
+    port: int
+    """The demo worker's web port."""
 
     @property
     def text(self) -> str:
@@ -74,12 +77,10 @@ class DemoRun:
 @pytest.fixture(scope="module")
 def demo() -> Iterator[DemoRun]:
     port = free_loopback_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTINUITY_")}
-    env["PYTHONWARNINGS"] = "ignore"
     proc = subprocess.Popen(
         [sys.executable, "-m", "streams.cli", "demo", "--duration", str(DURATION_S),
          "--users", "2", "--rate", "400", "--web-port", str(port)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=REPO, env=fast_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pages: list[str] = []
     done = threading.Event()
 
@@ -101,15 +102,17 @@ def demo() -> Iterator[DemoRun]:
         done.set()
         proc.kill()
         sampler.join()
-    run = DemoRun(out.splitlines(), err, proc.returncode, pages[0] if pages else "")
+    run = DemoRun(out.splitlines(), err, proc.returncode, pages[0] if pages else "", port)
     yield run
     data = [x for x in run.lines if x.startswith("data and DuckDB file: ")]
     if data:
         shutil.rmtree(data[0].split(": ", 1)[1], ignore_errors=True)
 
 
-def test_the_demo_runs_and_stops_by_itself(demo: DemoRun) -> None:
+def test_the_demo_runs_and_stops_by_itself_and_leaves_no_worker(demo: DemoRun) -> None:
     assert demo.returncode == 0, demo.stderr[-2000:]
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", demo.port)) != 0, "a worker still holds the demo's port"
 
 
 def test_traffic_still_flows_late_in_the_run(demo: DemoRun) -> None:

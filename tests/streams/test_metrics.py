@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from drift.simulation import Scenario, simulate
 from streams.metrics import LABEL_VALUES, build_metrics, observe_many
+from tests.conftest import examples
 
 ALLOWED_LABELS = {label for labels in LABEL_VALUES.values() for label in labels} | {
     "partition", "le"}
@@ -49,7 +50,7 @@ def test_live_metrics_carry_no_user_or_session_id(worker_metrics_url: str) -> No
                 assert sample.labels["partition"].isdigit()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.floats(min_value=-5.0, max_value=1e5, allow_nan=False), max_size=60))
 def test_observing_a_batch_exports_what_observing_each_value_does(values: list[float]) -> None:
     one, many = CollectorRegistry(), CollectorRegistry()

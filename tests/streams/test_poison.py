@@ -26,6 +26,7 @@ from streams.engine import Engine, Record
 from streams.metrics import build_metrics
 from streams.rejection import REJECTION_REASONS, Rejection
 from tests.builders import UserScript
+from tests.conftest import examples
 
 DEEP = b"[" * 5000 + b"]" * 5000
 ENVELOPE = {"schema": "fhr/1", "event_id": "e1", "event_type": "turn",
@@ -47,14 +48,14 @@ def _assert_one_outcome(key: bytes | None, value: bytes | None) -> FhrEvent | Re
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=2000), st.one_of(st.none(), st.binary(max_size=16)))
 def test_arbitrary_bytes_decode_to_an_event_or_a_rejection(value: bytes, key: bytes | None
                                                            ) -> None:
     _assert_one_outcome(key, value)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(json_values, st.sampled_from(["utf-8", "utf-16", "utf-32", "latin-1"]))
 def test_arbitrary_json_in_any_encoding_decodes_to_an_event_or_a_rejection(
         doc: Any, encoding: str) -> None:
@@ -66,7 +67,7 @@ def test_arbitrary_json_in_any_encoding_decodes_to_an_event_or_a_rejection(
     _assert_one_outcome(b"u1", raw)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.dictionaries(st.sampled_from(sorted({*ENVELOPE, "turn", "dynamics", "states", "x"})),
                        json_values, max_size=8))
 def test_envelopes_with_arbitrary_fields_decode_to_an_event_or_a_rejection(
@@ -109,7 +110,7 @@ def _good_events(user_id: str = "poison-good") -> list[FhrEvent]:
     return script.events
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(st.lists(st.one_of(st.binary(max_size=200), json_values.map(
     lambda d: json.dumps(d).encode()), st.just(DEEP)), min_size=1, max_size=30),
