@@ -119,10 +119,11 @@ def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.
     knows it by identity), so only the rest is written.
 
     >>> from drift.kernel.columns import UserColumns
+    >>> from drift.model import Mode
     >>> cols = UserColumns(DriftConfig())
     >>> s = cols.slot("u")
-    >>> load(UserState("u", clock_s=7.0), float("inf"), s, *cols.arrays(), cols.geometry,
-    ...      cols.session_code)
+    >>> durable = UserState("u", Mode.FULL, clock_s=7.0, durable=True)
+    >>> load(durable, float("inf"), s, *cols.arrays(), cols.geometry, cols.session_code)
     True
     >>> float(cols.fcols[s, F_CLOCK])
     7.0
@@ -228,11 +229,14 @@ def materialize(shell: UserState, slot: int, icols: npt.NDArray[np.int64],
     """The state in ``slot``: ``shell`` (the state last loaded there) with the kernel's parts.
 
     >>> from drift.kernel.columns import UserColumns
+    >>> from drift.model import Mode
     >>> cols = UserColumns(DriftConfig())
     >>> s = cols.slot("u")
-    >>> state = UserState("u", clock_s=7.0, recent=RecentEvents().remember("e1", 128))
+    >>> state = UserState("u", Mode.FULL, clock_s=7.0, durable=True,
+    ...                   recent=RecentEvents().remember("e1", 128))
     >>> _ = load(state, float("inf"), s, *cols.arrays(), cols.geometry, cols.session_code)
-    >>> materialize(UserState("u"), s, *cols.arrays(), cols.geometry) == state
+    >>> materialize(UserState("u", Mode.FULL, durable=True), s, *cols.arrays(),
+    ...             cols.geometry) == state
     True
     """
     ints = icols[slot].tolist()
