@@ -14,14 +14,16 @@ On one embedded broker (Tansu, memory storage, loopback only):
    which it is offered; every ``--kill-every`` seconds while the offer runs, SIGKILL one
    worker (round robin over the supervisor's children, ``/proc/<pid>/task/<pid>/children``);
 4. after the offer: wait until every expected output id has arrived (or ``--drain-timeout``),
-   then until nothing new arrives for ``--settle`` seconds, then write a marker to every
-   partition of every output topic and read up to it (the broker's end offsets are not
-   trusted); read ``fhr.events`` back for the records' Kafka timestamps;
-5. stop the supervisor with SIGTERM and read its log (all workers log to it).
+   then until nothing new arrives for ``--settle`` seconds; stop the supervisor with SIGTERM
+   (no worker writes a tick after this) and read its log (all workers log to it); write a
+   marker to every partition of every output topic and read up to it (the broker's end
+   offsets are not trusted);
+5. read ``fhr.events`` back whole, ticks and hostile records included, and fold it
+   (``streams.oracle.fold_log``, the oracle of the kill tests): the outputs are compared with
+   that fold, by id and bytes (receipts by id).
 
-It prints: events produced, expected outputs, outputs LOST (expected, never received), EXTRA
-ids (received, not in the replay; those a timer can add after a user's last event, idle
-closes, are counted apart), DUPLICATES (messages beyond the first per id: the service is
+It prints: events produced, expected outputs, outputs LOST (in the fold of the log, never
+received), EXTRA ids (received, not in the fold of the log), DUPLICATES (messages beyond the first per id: the service is
 at-least-once, a worker killed before its checkpoint re-publishes on replay), outputs whose
 bytes differ from the replay's, kills done and restarts seen, and the delay from an input
 record's Kafka timestamp to the Kafka timestamp of the first copy of each output naming it as
@@ -62,8 +64,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.harness import build_stream, git_commit, log
-from bench.soak_expected import Expected, compute_expected, scenario_of, timer_outputs
-from bench.soak_kafka import Collector, PacedProducer, read_input
+from bench.soak_expected import Expected, compute_expected, digest, scenario_of, timer_outputs
+from bench.soak_kafka import Collector, PacedProducer, read_input, read_log
 from bench.soak_workers import (
     Kill,
     Supervisor,
@@ -75,6 +77,7 @@ from bench.soak_workers import (
 )
 from streams import topics
 from streams.broker import EmbeddedBroker
+from streams.oracle import fold_log
 
 DEFAULTS: dict[str, Any] = {"events": 1_000_000, "users": 2000, "rate": 5000.0,
                             "kill_every": 120.0, "drain_timeout": 900.0}
@@ -108,6 +111,9 @@ class Run:
     assignments: list[tuple[float, dict[int, int]]] = field(default_factory=list)
     input_ts: dict[str, int] = field(default_factory=dict)
     input_read: dict[int, int] = field(default_factory=dict)
+    log_expected: dict[str, tuple[str, str | None, str, bytes | None]] | None = None
+    """The fold of ``fhr.events`` as read back after the run (ticks included): what the
+    outputs are compared with; None if the read did not happen."""
     drain_s: float = math.nan
     drained: bool = False
     wall_s: float = math.nan
@@ -123,6 +129,7 @@ def soak(run: Run, records: Sequence[tuple[bytes, bytes, str]], base: Path, sett
     broker = EmbeddedBroker(log_path=base / "broker.log")
     broker.start()
     sup: Supervisor | None = None
+    sup_stopped = False
     collector: Collector | None = None
     producer: PacedProducer | None = None
     try:
@@ -255,6 +262,12 @@ def soak(run: Run, records: Sequence[tuple[bytes, bytes, str]], base: Path, sett
                 break
             track()
             time.sleep(0.5)
+        # No worker may write to fhr.events after this (ticks): the fold of the log read
+        # back below is then the whole of what the outputs must be.
+        log("stopping the supervisor (SIGTERM) before the last reads")
+        run.supervisor_exit = sup.stop()
+        run.log = scan_log(sup.log_path)
+        sup_stopped = True
         collector.finish.set()
         collector.join(timeout=180)
         if collector.error:
@@ -265,6 +278,12 @@ def soak(run: Run, records: Sequence[tuple[bytes, bytes, str]], base: Path, sett
         run.input_ts, run.input_read = asyncio.run(read_input(
             broker.bootstrap, run.partitions, want, dict(producer.acked_per_partition),
             120 + len(records) / 5000))
+        log("reading fhr.events back whole and folding it (streams.oracle)")
+        folded = fold_log(asyncio.run(read_log(broker.bootstrap, run.partitions,
+                                               120 + len(records) / 5000)))
+        run.log_expected = {i: (e.topic, None, e.user_id or "",
+                                digest(e.value) if e.value is not None else None)
+                            for i, e in folded.items()}
     finally:
         if producer is not None and producer.is_alive():
             producer.stop_flag.set()
@@ -272,7 +291,7 @@ def soak(run: Run, records: Sequence[tuple[bytes, bytes, str]], base: Path, sett
         if collector is not None and collector.is_alive():
             collector.finish.set()
             collector.join(timeout=60)
-        if sup is not None:
+        if sup is not None and not sup_stopped:
             log("stopping the supervisor (SIGTERM)")
             run.supervisor_exit = sup.stop()
             run.log = scan_log(sup.log_path)
@@ -298,17 +317,21 @@ def report(run: Run) -> str:
                   f"reproduce: {run.command}", f"commit: {run.commit}"]
         return "\n".join(lines)
     seen = col.seen
-    expected = exp.outputs
+    # The fold of the log as read back (ticks and hostile records included) when there is
+    # one; else the replay of what was offered, with what a timer may add counted apart.
+    expected = run.log_expected if run.log_expected is not None else exp.outputs
     lost = [i for i in expected if i not in seen]
     extra = [i for i in seen if i not in expected]
-    timer = timer_outputs(exp, run.wall_s + 60.0) if extra else {}
+    timer = timer_outputs(exp, run.wall_s + 60.0) if extra and run.log_expected is None \
+        else {}
     extra_timer = [i for i in extra if i in timer]
     extra_other = [i for i in extra if i not in timer]
     dup_msgs = sum(s.copies - 1 for s in seen.values())
     duplicated = [i for i, s in seen.items() if s.copies > 1]
     dup_ids = len(duplicated)
     differing_copies = sum(s.differing_copies for s in seen.values())
-    content = [i for i, s in seen.items() if i in expected and s.digest != expected[i][3]]
+    content = [i for i, s in seen.items() if i in expected and expected[i][3] is not None
+               and s.digest != expected[i][3]]
     wrong_topic = [i for i, s in seen.items() if i in expected and s.topic != expected[i][0]]
     offer_s = prod.finished_at - prod.started_at
     input_total = sum(run.input_read.values())
@@ -350,20 +373,23 @@ def report(run: Run) -> str:
                   f"({prod.failed:,} failed) in {offer_s:.1f}s = "
                   f"{prod.acked / max(offer_s, 1e-9):,.0f}/s"),
               row("input records read back from fhr.events", f"{input_total:,}"),
-              row("expected outputs (pure replay, in process)",
-                  f"{len(expected):,}: " + ", ".join(f"{t} {n:,}" for t, n in
-                                                    exp.by_topic.most_common())),
+              row("expected outputs (the fold of fhr.events as read back)"
+                  if run.log_expected is not None else
+                  "expected outputs (pure replay of the offer, in process)",
+                  f"{len(expected):,}: " + ", ".join(f"{t} {n:,}" for t, n in Counter(
+                      v[0] for v in expected.values()).most_common())),
               row("distinct output ids received", f"{len(seen):,} (messages "
                   f"{sum(col.messages.values()):,})"),
               row("**LOST** (expected, never received)",
                   f"**{len(lost):,}**" + (f" ({by_topic(lost)}; scenarios {by_scen(lost)})"
                                           if lost else "")),
-              row("**EXTRA** ids (received, not in the replay)",
+              row("**EXTRA** ids (received, not in the fold of the log)",
                   f"**{len(extra_other):,}**" + (f" ({by_topic(extra_other)}; scenarios "
                                                  f"{by_scen(extra_other)})" if extra_other
                                                  else "")
-                  + f"; plus {len(extra_timer):,} a timer may add after a user's last event "
-                    "(idle closes, expiries; not in the pure replay by construction)"),
+                  + ("" if run.log_expected is not None else
+                     f"; plus {len(extra_timer):,} a timer may add after a user's last event "
+                     "(idle closes, expiries; not in the pure replay by construction)")),
               row("**DUPLICATES** (messages beyond the first per id)",
                   f"**{dup_msgs:,}** on {dup_ids:,} ids"
                   + (f" ({by_topic(duplicated)})" if dup_ids else "")),

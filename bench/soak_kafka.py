@@ -262,3 +262,33 @@ async def read_input(bootstrap: str, partitions: int, want: set[str],
     finally:
         await consumer.stop()
     return found, dict(read)
+
+
+async def read_log(bootstrap: str, partitions: int, timeout_s: float
+                   ) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """Every record of ``fhr.events`` (partition, offset, key, value), read until each
+    partition's position reaches the high watermark its fetch responses carry (the embedded
+    broker's ListOffsets is not trusted). Call it once nothing writes to the topic."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                                max_partition_fetch_bytes=4 << 20, client_id="bench-soak-log")
+    await consumer.start()
+    out: list[tuple[int, int, bytes | None, bytes | None]] = []
+    try:
+        tps = [TopicPartition(topics.INPUT, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for tp, msgs in (await consumer.getmany(timeout_ms=500)).items():
+                out.extend((tp.partition, m.offset, m.key, m.value) for m in msgs)
+            highs = [consumer.highwater(tp) for tp in tps]
+            if all(h is not None and await consumer.position(tp) >= h
+                   for tp, h in zip(tps, highs, strict=True)):
+                break
+    finally:
+        await consumer.stop()
+    return out
+

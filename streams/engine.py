@@ -32,8 +32,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from prometheus_client import Counter, Histogram
-
 from baselines.store import BaselineStore, BatchWrite
 from drift.baseline import UserBaselines
 from drift.erasure import expiry_due, operator_erase, receipt
@@ -42,33 +40,20 @@ from drift.fold import Step, due, initial, may_erase, step, summarize, sweep
 from drift.model import (
     DriftConfig,
     FhrEvent,
-    MemoryWrite,
-    MemoryWriteBlocked,
-    Mode,
-    NoticeShown,
     Tick,
 )
 from drift.outputs import (
-    Action,
-    DriftScore,
     ErasureCommand,
     ErasureReceipt,
-    ErasureResult,
-    Escalation,
     Output,
-    ReattuneDetail,
-    Reattunement,
-    ReattuneOutcome,
-    ReattuneQualityScore,
-    Response,
     SessionSummary,
-    Violation,
     dead_letter_id,
 )
 from drift.state import UserState
 from streams import topics
 from streams.codec import decode_record
-from streams.metrics import Metrics, observe_many
+from streams.meter import Meter
+from streams.metrics import Metrics
 from streams.rejection import Rejection
 from streams.wire import DeadLetter, encode
 
@@ -175,9 +160,7 @@ class Engine:
         self.seen_at: dict[int, float] = {}
         """When (wall clock) each partition's last record was processed."""
         self.pending = BatchWrite(topic=topics.INPUT)
-        self._counts: dict[Counter, int] = {}
-        self._observed: dict[Histogram, list[float]] = {}
-        self._lags: list[float] = []
+        self.meter = Meter(metrics)
 
     # ------------------------------------------------------------------ partitions
 
@@ -256,7 +239,7 @@ class Engine:
         """
         batch = PendingBatch()
         touched: dict[str, int] = {}
-        self._observe_value(self.metrics.batch_size, len(records))
+        self.meter.observe_value(self.metrics.batch_size, len(records))
         now = self.clock()
         for index, (record, item) in enumerate(
                 zip(records, decoded or self.decode(records), strict=True)):
@@ -295,7 +278,7 @@ class Engine:
             self._dead_letter(record, item, batch)
             batch.source_timestamps.append(record.timestamp)
         self._stage_states(batch, touched)
-        self._flush_counts()
+        self.meter.flush()
         return batch
 
     def _may_erase(self, state: UserState, baselines: UserBaselines, event: FhrEvent) -> bool:
@@ -308,8 +291,8 @@ class Engine:
                        record: InputRecord, batch: PendingBatch, touched: dict[str, int],
                        now: float) -> bool:
         """Count and carry out one event's step; whether it has outputs."""
-        self._count_event(event)
-        self._lags.append(max(0.0, now - event.ts_s))
+        self.meter.event(event)
+        self.meter.lags.append(max(0.0, now - event.ts_s))
         user_id, partition = event.user_id, record.partition
         self.user_partition[user_id] = partition
         if event.ts_s > self.watermarks.get(partition, 0.0):
@@ -409,9 +392,9 @@ class Engine:
                 self._erase(write, partition, batch)
             elif state.persistable:
                 self.pending.baselines.append((partition, write))
-                self._count(self.metrics.baseline_versions, write.meta.kind.value)
+                self.meter.count(self.metrics.baseline_versions, write.meta.kind.value)
         for out in effects.outputs:
-            self._observe(out)
+            self.meter.output(out)
             self._publish(batch, out, partition)
         if state.persistable:
             self.pending.sessions.extend((partition, s) for s in effects.sessions)
@@ -422,7 +405,7 @@ class Engine:
         self._flush_pending(command.user_id)
         result = self.store.erase(command, partition)
         batch.erased.add(partition)
-        self._count_erasure(result)
+        self.meter.erasure(result)
         done = receipt(command, result)
         if not result.repeat:  # else its receipt went out with the first request
             self._publish(batch, done, partition)
@@ -443,12 +426,12 @@ class Engine:
 
     def _publish(self, batch: PendingBatch, out: Output, partition: int) -> None:
         topic = topics.OUTPUT_TOPICS[out.kind]
-        self._count(self.metrics.outputs, topic)
+        self.meter.count(self.metrics.outputs, topic)
         batch.messages.append(OutMessage(topic, out.user_id.encode("utf-8"), encode(out),
                                          partition))
 
     def _dead_letter(self, record: InputRecord, rejection: Rejection, batch: PendingBatch) -> None:
-        self._count(self.metrics.rejections, rejection.reason)
+        self.meter.count(self.metrics.rejections, rejection.reason)
         letter = DeadLetter(
             dead_letter_id(topics.INPUT, record.partition, record.offset),
             rejection.reason, topics.INPUT, record.partition, record.offset,
@@ -465,8 +448,8 @@ class Engine:
         if last_offset < self.next_offsets.get(partition, 0):
             return batch
         self.next_offsets[partition] = self.pending.offsets[partition] = last_offset + 1
-        self._count(self.metrics.rejections, reason)
-        self._count(self.metrics.unreadable_batches, reason)
+        self.meter.count(self.metrics.rejections, reason)
+        self.meter.count(self.metrics.unreadable_batches, reason)
         log.warning("a record batch could not be read; dead-lettered and skipped",
                     extra={"partitions": [partition], "offset": first_offset,
                            "last_offset": last_offset, "reason": reason})
@@ -474,7 +457,7 @@ class Engine:
                             reason, topics.INPUT, partition, first_offset, None, (),
                             last_offset)
         batch.messages.append(OutMessage(topics.DEADLETTER, b"", encode(letter), partition))
-        self._flush_counts()
+        self.meter.flush()
         return batch
 
     def _stage_states(self, batch: PendingBatch, touched: dict[str, int]) -> None:
@@ -494,98 +477,10 @@ class Engine:
             self.stored.discard(user_id)
             self.as_of.pop(user_id, None)
 
-    # ------------------------------------------------------------------ metrics
-
-    def _count(self, counter: Counter, value: str | None = None) -> None:
-        """Count one event of ``counter`` (of its child for ``value`` if it has a label); the
-        counters and histograms move once per batch (:meth:`_flush_counts`)."""
-        child = counter if value is None else self.metrics.of(counter, value)
-        self._counts[child] = self._counts.get(child, 0) + 1
-
-    def _observe_value(self, histogram: Histogram, value: float, label: str | None = None
-                       ) -> None:
-        """Observe ``value`` on ``histogram`` (its child for ``label``) at the batch's end."""
-        child = histogram if label is None else self.metrics.of(histogram, label)
-        values = self._observed.get(child)
-        if values is None:
-            values = self._observed[child] = []
-        values.append(value)
-
-    def _flush_counts(self) -> None:
-        for counter, n in self._counts.items():
-            counter.inc(n)
-        self._counts.clear()
-        for histogram, values in self._observed.items():
-            observe_many(histogram, values)
-        self._observed.clear()
-        observe_many(self.metrics.event_time_lag, self._lags)
-        self._lags.clear()
-
-    def _count_event(self, event: FhrEvent) -> None:
-        m = self.metrics
-        self._count(m.events, event.event_type)
-        body = event.body
-        if isinstance(body, MemoryWrite):
-            self._count(m.memory_writes, body.memory_class)
-        elif isinstance(body, MemoryWriteBlocked):
-            self._count(m.memory_writes_blocked, body.reason)
-        elif isinstance(body, NoticeShown):
-            self._count(m.model_change_notices_shown)
-
-    def _count_erasure(self, result: ErasureResult) -> None:
-        for target in result.targets:
-            self._count(self.metrics.erasures, target.outcome.value)
-        if not result.targets:
-            self._count(self.metrics.erasures, result.outcome.value)
-
-    def _observe(self, out: Output) -> None:
-        m = self.metrics
-        match out:
-            case DriftScore():
-                self._count(m.scores, out.tier.label)
-                self._observe_value(m.drift_score, out.score)
-                for component, value in out.components.items():
-                    if value is not None:
-                        self._observe_value(m.drift_component, value, component.value)
-            case ReattuneQualityScore():
-                self._observe_reattunement(out.reattunement)
-            case Response():
-                self._count(m.responses, out.action.value)
-                if out.action is Action.MODEL_CHANGE_NOTICE:
-                    self._count(m.model_changes_detected)
-                if isinstance(out.detail, ReattuneDetail):
-                    outcome = (ReattuneOutcome.COMPLETED if out.action is Action.REATTUNE_COMPLETED
-                               else ReattuneOutcome.FAILED)
-                    self._count(m.reattune_outcomes, outcome.value)
-                    self._observe_reattunement(out.detail.reattunement)
-            case Escalation():
-                self._count(m.escalations, out.escalation.value)
-            case Violation():
-                self._count(m.violations, out.rule.value)
-            case ErasureReceipt():
-                pass
-
-    def _observe_reattunement(self, r: Reattunement) -> None:
-        m = self.metrics
-        self._observe_value(m.reattune_quality, r.score.quality)
-        if r.score.turns_to_baseline is not None:
-            self._observe_value(m.reattune_turns_to_baseline, r.score.turns_to_baseline)
-        else:
-            self._count(m.reattune_outcomes, ReattuneOutcome.NEVER_REACHED_BASELINE.value)
-
     def refresh_gauges(self) -> None:
         """Set the gauges of open sessions and holds: a walk over every user, so the shell
         calls it per checkpoint, not per batch."""
-        counts = dict.fromkeys(Mode, 0)
-        holds = 0
-        for state in self.states.values():
-            if state.session is not None:
-                counts[state.session.mode] += 1
-            if state.ladder.hold:
-                holds += 1
-        for mode, n in counts.items():
-            self.metrics.of(self.metrics.active_sessions, mode.value).set(n)
-        self.metrics.active_holds.set(holds)
+        self.meter.gauges(self.states.values())
 
     # ------------------------------------------------------------------ event time
 
@@ -633,7 +528,7 @@ class Engine:
               touched: dict[str, int]) -> None:
         """Every user of ``partition`` swept at ``ts_s``, in the order of their ids
         (:meth:`drift.replay.MemoryReplay.tick` is the same)."""
-        self._count(self.metrics.ticks)
+        self.meter.count(self.metrics.ticks)
         for user_id in self._users_of(partition):
             state = self.states[user_id]
             result = sweep(state, self.baselines.get(user_id, NO_BASELINES), ts_s, self.config)
@@ -654,7 +549,7 @@ class Engine:
             self.states.get(user_id) or initial(user_id),
             self.baselines.get(user_id, NO_BASELINES), request_id, self.config)
         done = self._erase(command, partition, batch)
-        self._flush_counts()
+        self.meter.flush()
         if known:
             self.baselines[user_id] = baselines
             self.states[user_id] = state

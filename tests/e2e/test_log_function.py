@@ -16,15 +16,11 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from drift.baseline import derive_id
-from drift.model import DriftConfig, FhrEvent, Tick
-from drift.outputs import dead_letter_id
-from drift.replay import MemoryReplay
+from drift.model import DriftConfig, FhrEvent
 from drift.simulation import Scenario, SimParams, simulate
 from streams import topics
-from streams.codec import decode_record, encode_event
-from streams.rejection import Rejection
-from streams.wire import encode
+from streams.codec import encode_event
+from streams.oracle import fold_log
 from tests.builders import memory_only_users
 from tests.conftest import events_processed, wait_until
 
@@ -88,36 +84,10 @@ def _read_back(bootstrap: str) -> list[tuple[int, int, bytes | None, bytes]]:
 
 
 def oracle(log: list[tuple[int, int, bytes | None, bytes]]) -> dict[str, dict[str, Any]]:
-    """The outputs of the pure fold of the log, by id, as published payloads."""
-    runner = MemoryReplay(DriftConfig())
-    out: dict[str, dict[str, Any]] = {}
-    for partition in sorted({p for p, *_ in log}):
-        users: set[str] = set()
-        for _, offset, key, value in (r for r in log if r[0] == partition):
-            item = decode_record(key, value)
-            if isinstance(item, Rejection):
-                out[dead_letter_id(topics.INPUT, partition, offset)] = {"reason": item.reason}
-                continue
-            if isinstance(item, Tick):
-                outs = runner.tick(item, users) if item.app_id == APP_ID else ()
-            else:
-                users.add(item.user_id)
-                outs = runner.feed(item)
-            for o in outs:
-                out[o.id] = json.loads(encode(o))
-            for command in runner.erasures:  # the receipt of each request, once
-                out.setdefault(derive_id("receipt", command.request_id), {
-                    "user_id": command.user_id, "session_id": command.session_id,
-                    "request_id": command.request_id, "reason": command.reason,
-                    "cause_event_id": command.cause_event_id})
-            runner.erasures.clear()
-    return out
-
-
-def _receipt_fields(receipt: dict[str, Any]) -> dict[str, Any]:
-    """What the fold decides of a receipt (the store adds the targets' outcomes)."""
-    return {k: receipt[k] for k in ("user_id", "session_id", "request_id", "reason",
-                                    "cause_event_id")}
+    """The outputs of the pure fold of the log (``streams.oracle``), by id, as published
+    payloads (a receipt by its user: the store decides its targets)."""
+    return {i: json.loads(e.value) if e.value is not None else {"user_id": e.user_id}
+            for i, e in fold_log(log, DriftConfig(), APP_ID).items()}
 
 
 def _published_with_ids(broker: Any) -> dict[str, dict[str, Any]]:
@@ -125,10 +95,9 @@ def _published_with_ids(broker: Any) -> dict[str, dict[str, Any]]:
     for topic in OUTPUT_TOPICS:
         for m in broker.read(topic):
             m.pop("_key")
-            body = ({"reason": m["reason"]} if topic == topics.DEADLETTER
-                    else _receipt_fields(m) if topic == topics.RECEIPTS else m)
+            body = {"user_id": m["user_id"]} if topic == topics.RECEIPTS else m
             first = got.setdefault(m["id"], body)
-            assert first == body, f"two different payloads under one id on {topic}: {first} {body}"
+            assert first == body, f"two payloads under one id on {topic}: {first} {body}"
     return got
 
 
