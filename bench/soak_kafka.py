@@ -284,9 +284,11 @@ async def read_log(bootstrap: str, partitions: int, timeout_s: float
         while time.monotonic() < deadline:
             for tp, msgs in (await consumer.getmany(timeout_ms=500)).items():
                 out.extend((tp.partition, m.offset, m.key, m.value) for m in msgs)
-            highs = [consumer.highwater(tp) for tp in tps]
-            if all(h is not None and await consumer.position(tp) >= h
-                   for tp, h in zip(tps, highs, strict=True)):
+            done = True
+            for tp in tps:
+                high = consumer.highwater(tp)
+                done = done and high is not None and await consumer.position(tp) >= high
+            if done:
                 break
     finally:
         await consumer.stop()
