@@ -24,11 +24,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, NoReturn, TypeVar
 
-import kafka.errors
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.client import AIOKafkaClient
-from aiokafka.errors import CorruptRecordException, KafkaError, UnsupportedCodecError
+from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from prometheus_client import CollectorRegistry
 
 from baselines.store import BaselineStore, BatchWrite, Retention
@@ -36,11 +35,13 @@ from drift.model import Tick
 from drift.outputs import ErasureReceipt, SessionSummary
 from streams import topics
 from streams.batches import FETCH_BYTES, fetch_raw, read_batches
+from streams.broker_watch import BROKER_FAULTS, BrokerWatch
 from streams.changelog import Changelog
-from streams.engine import Engine, InputRecord, OutMessage, PendingBatch
+from streams.engine import Engine, InputRecord, PendingBatch
 from streams.http import make_app
-from streams.metrics import Metrics, build_metrics, observe_many
+from streams.metrics import Metrics, build_metrics
 from streams.owners import Owners, partition_of
+from streams.publish import Publisher, Sent
 from streams.settings import Settings
 from streams.tick import TICK_KEY, encode_tick
 
@@ -48,17 +49,11 @@ log = logging.getLogger("continuity_drift.worker")
 
 EXIT_REPLAY = 70
 
-#: Faults of the broker or the network, not of a record or the store: the worker waits them
-#: out (degraded) and tries again; anything else still ends the process.
-BROKER_FAULTS = (KafkaError, kafka.errors.KafkaError, OSError, TimeoutError)
 #: What ``getmany`` raises when a record batch of the input cannot be read (a CRC mismatch,
 #: a codec it lacks, bytes that do not decompress or parse): the worker then reads its
 #: partitions by hand to find the batch (:meth:`Worker._skip_unreadable`).
 UNREADABLE = (CorruptRecordException, UnsupportedCodecError, ValueError, struct.error,
               IndexError, EOFError)
-#: How often the worker asks the broker for metadata to tell whether it is reachable.
-PROBE_INTERVAL_S = 2.0
-RETRY_MAX_S = 5.0
 #: The collector's thresholds while the worker runs. Every event replaces a user's state by a
 #: new one that is alive at the next young collection, so with Python's default (700) the
 #: collector ran every few records and traced survivors again and again: 7.6 of 61 us per
@@ -82,25 +77,6 @@ def _log_failed_tick(ack: asyncio.Future[Any]) -> None:
     if not ack.cancelled() and ack.exception() is not None:
         log.warning("tick not written; the next timer round will",
                     extra={"error_type": type(ack.exception()).__name__})
-
-
-async def _failed(exc: BaseException) -> None:
-    raise exc
-
-
-def _refused(messages: list[OutMessage], results: list[Any]
-             ) -> list[tuple[OutMessage, BaseException]]:
-    """The messages the broker refused, with why; any other failure is raised."""
-    failed = [(m, r) for m, r in zip(messages, results, strict=True)
-              if isinstance(r, BaseException)]
-    for _, r in failed:
-        if not isinstance(r, BROKER_FAULTS):
-            raise r
-    return failed
-
-
-#: Batches handed to the producer: their messages and the gathered acks, in order.
-Sent = list[tuple[list[OutMessage], asyncio.Future[list[Any]]]]
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -136,16 +112,14 @@ class Worker:
         self._since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         self._last_tick = time.monotonic()
-        self._copartitioned: set[str] = set()
         self._inflight: asyncio.Task[None] | None = None
-        self._unacked: Sent = []
+        self.publisher: Publisher | None = None
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
         self.changelog: Changelog | None = None
         self.owners: Owners | None = None
         self.input_partitions = 0
-        self.broker_ok = True
-        self._waiting_on: str | None = None
+        self.broker = BrokerWatch(self.metrics, bootstrap)
         self._raw_client: AIOKafkaClient | None = None
         self._tick_sent: dict[int, int] = {}
         """The partition's log end when its last tick was written: no other until the
@@ -182,10 +156,11 @@ class Worker:
             await self.changelog.start()
             self.owners = Owners(self.bootstrap, s.app_id, self.producer, s.url)
             await self.owners.start(self.changelog.replication)
-            await self._learn_partitions()
+            self.publisher = Publisher(self.producer, self.metrics, self.broker)
+            self.input_partitions = await self.publisher.learn_partitions()
             await self.consumer.start()
             self.consumer.subscribe([topics.INPUT], listener=_Rebalance(self))
-            probe = asyncio.create_task(self._watch_broker())
+            probe = asyncio.create_task(self.broker.watch(self.producer))
             try:
                 await self._consume()
             finally:
@@ -314,59 +289,11 @@ class Worker:
     # ------------------------------------------------------------------ publish, checkpoint
 
     async def _publish(self, batch: PendingBatch) -> None:
-        """Hand a batch's messages to the producer and go on; the checkpoint that covers
-        the batch waits for their acks (:meth:`_acked`) before it writes anything."""
+        """Hand a batch's messages to the producer and go on (:class:`Publisher`)."""
         self._erased |= batch.erased
-        if not batch.messages:
-            return
-        done = asyncio.gather(*[await self._send(m) for m in batch.messages],
-                              return_exceptions=True)
-        latency, sources = self.metrics.end_to_end_latency, batch.source_timestamps
-
-        def observe(_: asyncio.Future[Any]) -> None:
-            now_ms = 1000.0 * time.time()
-            observe_many(latency, [max(0.0, now_ms - ts) / 1000.0 for ts in sources if ts > 0])
-
-        done.add_done_callback(observe)
-        self._unacked.append((batch.messages, done))
-
-    async def _send(self, m: OutMessage) -> asyncio.Future[Any]:
-        """Enqueue one message; its ack, or the broker fault that refused it."""
-        producer = self.producer
-        assert producer is not None
-        partition = m.partition if m.partition >= 0 and m.topic in self._copartitioned else None
-        try:
-            ack: asyncio.Future[Any] = await producer.send(m.topic, m.value, key=m.key,
-                                                           partition=partition)
-            return ack
-        except BROKER_FAULTS as exc:
-            return asyncio.ensure_future(_failed(exc))
-
-    async def _acked(self, sent: Sent) -> None:
-        """Wait for the acks of ``sent``; send what the broker did not take again (the same
-        messages, the same ids) until it has taken everything."""
-        pending = [m for messages, done in sent for m, _ in _refused(messages, await done)]
-
-        async def attempt() -> None:
-            nonlocal pending
-            failed = _refused(pending, await asyncio.gather(
-                *[await self._send(m) for m in pending], return_exceptions=True))
-            pending = [m for m, _ in failed]
-            if failed:
-                raise failed[0][1]
-
-        if pending:
-            await self._until_done("publishing", attempt)
-
-    async def _learn_partitions(self) -> None:
-        """Output topics with as many partitions as the input get each message on its input
-        partition: co-partitioned by user, without running the partitioner per message."""
-        producer = self.producer
-        assert producer is not None
-        wanted = self.input_partitions = len(await producer.partitions_for(topics.INPUT))
-        for topic in (*topics.OUTPUT_TOPICS.values(), topics.DEADLETTER):
-            if len(await producer.partitions_for(topic)) == wanted:
-                self._copartitioned.add(topic)
+        publisher = self.publisher
+        assert publisher is not None
+        await publisher.publish(batch)
 
     async def _checkpoint(self, wait: bool = True) -> None:
         """One transaction with everything since the last checkpoint, then the group offsets.
@@ -379,7 +306,7 @@ class Worker:
         write = self.engine.take_checkpoint()
         erased, self._erased = self._erased, set()
         records, self._since_checkpoint = self._since_checkpoint, 0
-        sent, self._unacked = self._unacked, []
+        sent = self.publisher.take_unacked() if self.publisher is not None else []
         self._last_checkpoint = time.monotonic()
         task = asyncio.create_task(self._commit(write, erased, records, sent))
         if wait or erased:
@@ -407,7 +334,8 @@ class Worker:
         store, changelog = self.store, self.changelog
         assert changelog is not None
         try:
-            await self._acked(sent)
+            if self.publisher is not None:
+                await self.publisher.acked(sent)
             rows = await asyncio.to_thread(store.rows_of, write)
             deltas = {p: r for p, r in rows.by_partition(write.dropped_states).items()
                       if p not in erased}
@@ -495,50 +423,10 @@ class Worker:
     # ------------------------------------------------------------------ broker faults
 
     async def _until_done(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
-        """``attempt()`` until the broker lets it finish; each attempt must be safe to repeat."""
-        delay = 0.5
-        while True:
-            try:
-                result = await attempt()
-            except BROKER_FAULTS as exc:
-                self._wait_on(what, [exc])
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, RETRY_MAX_S)
-                continue
-            self._waiting_on = None
-            return result
-
-    def _wait_on(self, what: str, results: list[Any]) -> None:
-        if self._waiting_on != what:
-            kinds = sorted({type(r).__name__ for r in results if isinstance(r, BaseException)})
-            log.warning("broker unavailable while %s; retrying", what,
-                        extra={"error_type": ",".join(kinds)})
-        self._waiting_on = what
-        self.metrics.broker_reachable.set(0)
-
-    async def _watch_broker(self) -> None:
-        """Ask the broker for metadata every few seconds: /healthz and /readyz follow."""
-        producer = self.producer
-        assert producer is not None
-        while True:
-            try:
-                await asyncio.wait_for(producer.client.fetch_all_metadata(), PROBE_INTERVAL_S)
-                ok = True
-            except BROKER_FAULTS:
-                ok = False
-            if ok != self.broker_ok:
-                log.warning("broker reachable again" if ok else "broker unreachable",
-                            extra={"bootstrap": self.bootstrap})
-            self.broker_ok = ok
-            self.metrics.broker_reachable.set(1 if ok and self._waiting_on is None else 0)
-            await asyncio.sleep(PROBE_INTERVAL_S)
+        return await self.broker.until_done(what, attempt)
 
     def health(self) -> dict[str, Any]:
-        if self.broker_ok and self._waiting_on is None:
-            return {"status": "ok"}
-        return {"status": "degraded",
-                "detail": f"broker unavailable ({self._waiting_on or 'no answer to metadata'});"
-                          " retrying, nothing is lost"}
+        return self.broker.health()
 
     def _update_lag(self) -> None:
         consumer = self.consumer

@@ -1,0 +1,105 @@
+"""Outputs to Kafka: each batch's messages handed to the producer without waiting, and
+their acknowledgements awaited by the checkpoint that covers the batch (docs/design.md,
+"Processing guarantees"). What the broker refused is sent again, the same messages with the
+same ids, until it has taken everything."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from streams import topics
+from streams.broker_watch import BROKER_FAULTS, BrokerWatch
+from streams.engine import OutMessage, PendingBatch
+from streams.metrics import Metrics, observe_many
+
+#: Batches handed to the producer: their messages and the gathered acks, in order.
+Sent = list[tuple[list[OutMessage], asyncio.Future[list[Any]]]]
+
+
+async def _failed(exc: BaseException) -> None:
+    raise exc
+
+
+def _refused(messages: list[OutMessage], results: list[Any]
+             ) -> list[tuple[OutMessage, BaseException]]:
+    """The messages the broker refused, with why; any other failure is raised."""
+    failed = [(m, r) for m, r in zip(messages, results, strict=True)
+              if isinstance(r, BaseException)]
+    for _, r in failed:
+        if not isinstance(r, BROKER_FAULTS):
+            raise r
+    return failed
+
+
+class Publisher:
+    """The producer's side of one worker."""
+
+    def __init__(self, producer: AIOKafkaProducer | None, metrics: Metrics,
+                 broker: BrokerWatch) -> None:
+        assert producer is not None
+        self.producer = producer
+        self.metrics = metrics
+        self.broker = broker
+        self.copartitioned: set[str] = set()
+        self._unacked: Sent = []
+
+    async def learn_partitions(self) -> int:
+        """Output topics with as many partitions as the input get each message on its input
+        partition: co-partitioned by user, without running the partitioner per message.
+        Returns the input's partition count."""
+        wanted = len(await self.producer.partitions_for(topics.INPUT))
+        for topic in (*topics.OUTPUT_TOPICS.values(), topics.DEADLETTER):
+            if len(await self.producer.partitions_for(topic)) == wanted:
+                self.copartitioned.add(topic)
+        return wanted
+
+    async def publish(self, batch: PendingBatch) -> None:
+        """Hand a batch's messages to the producer and go on; the checkpoint that covers
+        the batch waits for their acks (:meth:`acked`) before it writes anything."""
+        if not batch.messages:
+            return
+        done = asyncio.gather(*[await self.send(m) for m in batch.messages],
+                              return_exceptions=True)
+        latency, sources = self.metrics.end_to_end_latency, batch.source_timestamps
+
+        def observe(_: asyncio.Future[Any]) -> None:
+            now_ms = 1000.0 * time.time()
+            observe_many(latency, [max(0.0, now_ms - ts) / 1000.0 for ts in sources if ts > 0])
+
+        done.add_done_callback(observe)
+        self._unacked.append((batch.messages, done))
+
+    def take_unacked(self) -> Sent:
+        """The batches handed over since the last call, for the checkpoint to await."""
+        sent, self._unacked = self._unacked, []
+        return sent
+
+    async def send(self, m: OutMessage) -> asyncio.Future[Any]:
+        """Enqueue one message; its ack, or the broker fault that refused it."""
+        partition = m.partition if m.partition >= 0 and m.topic in self.copartitioned else None
+        try:
+            ack: asyncio.Future[Any] = await self.producer.send(m.topic, m.value, key=m.key,
+                                                                partition=partition)
+            return ack
+        except BROKER_FAULTS as exc:
+            return asyncio.ensure_future(_failed(exc))
+
+    async def acked(self, sent: Sent) -> None:
+        """Wait for the acks of ``sent``; send what the broker did not take again (the same
+        messages, the same ids) until it has taken everything."""
+        pending = [m for messages, done in sent for m, _ in _refused(messages, await done)]
+
+        async def attempt() -> None:
+            nonlocal pending
+            failed = _refused(pending, await asyncio.gather(
+                *[await self.send(m) for m in pending], return_exceptions=True))
+            pending = [m for m, _ in failed]
+            if failed:
+                raise failed[0][1]
+
+        if pending:
+            await self.broker.until_done("publishing", attempt)
