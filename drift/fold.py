@@ -113,6 +113,12 @@ def step(state: UserState, baselines: UserBaselines, event: FhrEvent, config: Dr
     return handled
 
 
+def _unseen(result: Step) -> Step:
+    """A memory-only user outside a session is a user never seen (:func:`_kept_in_memory`);
+    the effects are the step's."""
+    return Step(initial(result.state.user_id), UserBaselines(), result.effects)
+
+
 def _before_session(session: SessionState, event: FhrEvent) -> bool:
     """Whether an event of a memory-only user belongs to no session they can have open:
     older than the open session, or of another session and not a newer start. Nothing of
@@ -141,7 +147,7 @@ def _kept_in_memory(before: UserState, result: Step, event: FhrEvent, config: Dr
             event_hash(event.event_id), config.recent_event_ids), session=session)
         return Step(fresh, UserBaselines(), result.effects)
     if after.session is None:
-        return Step(initial(after.user_id), UserBaselines(), result.effects)
+        return _unseen(result)
     if isinstance(body, SessionStart) and before != initial(before.user_id):
         restarted = step(initial(before.user_id), UserBaselines(), event, config)
         return Step(restarted.state, restarted.baselines, result.effects)
@@ -237,7 +243,7 @@ def sweep(state: UserState, baselines: UserBaselines, now_s: float, config: Drif
     closed = close_idle(state, baselines, now_s, config)
     if closed.state.memory_only and closed.state.session is None \
             and closed.state != initial(state.user_id):
-        closed = Step(initial(state.user_id), UserBaselines(), closed.effects)
+        closed = _unseen(closed)
     if not commands:
         return closed
     return Step(closed.state, closed.baselines, Effects(writes=commands) + closed.effects)

@@ -212,10 +212,10 @@ class UserState:
     @property
     def memory_only(self) -> bool:
         """Whether nothing of this user may outlive the process: a mode that keeps no
-        baselines, or no session yet that was not ephemeral. Such a user is forgotten once
-        idle (:func:`drift.fold.sweep`), and after a crash rebuilt from the log alone. A
-        durable user in an ephemeral session is not memory-only: their state from before
-        it stays stored.
+        baselines, or no session yet that was not ephemeral. Such a user is kept only while
+        a session is open (:func:`drift.fold.step`, :func:`drift.fold.sweep`), and after a
+        crash rebuilt from the log alone. A durable user in an ephemeral session is not
+        memory-only: their state from before it stays stored.
 
         >>> UserState("u").memory_only, UserState("u", Mode.FULL, durable=True).memory_only
         (True, False)
