@@ -118,6 +118,13 @@ class PendingBatch:
     older position came first): the shell seeks each to the offset given."""
 
 
+def dead_letter(rejection: Rejection, partition: int, offset: int) -> DeadLetter:
+    """The dead letter of one input record: why, and where it came from (never its values).
+    :func:`streams.oracle.fold_log` builds the same."""
+    return DeadLetter(dead_letter_id(topics.INPUT, partition, offset), rejection.reason,
+                      topics.INPUT, partition, offset, rejection.event_id, rejection.fields)
+
+
 def _processing_error(exc: Exception, event_id: str | None, record: InputRecord) -> Rejection:
     """A record whose processing raised: logged by type and place only (the message of an
     exception may quote values), dead-lettered, and not retried."""
@@ -152,9 +159,10 @@ class Engine:
         """Users whose state in memory is not the stored one (memory-only users in a session,
         durable users in an ephemeral one): the offset replaying them from rebuilds it."""
         self.replaying: dict[int, int] = {}
-        self._rewound: dict[int, int] = {}
         """Partitions being replayed after a restore: the next offset to replay, below the
         partition's next offset (records there rebuild memory-only users, silently)."""
+        self._rewound: dict[int, int] = {}
+        """Per partition, the replay offset the shell was last asked to seek back to."""
         self.watermarks: dict[int, float] = {}
         """The newest event time seen on each partition (what a tick starts from)."""
         self.seen_at: dict[int, float] = {}
@@ -432,10 +440,7 @@ class Engine:
 
     def _dead_letter(self, record: InputRecord, rejection: Rejection, batch: PendingBatch) -> None:
         self.meter.count(self.metrics.rejections, rejection.reason)
-        letter = DeadLetter(
-            dead_letter_id(topics.INPUT, record.partition, record.offset),
-            rejection.reason, topics.INPUT, record.partition, record.offset,
-            rejection.event_id, rejection.fields)
+        letter = dead_letter(rejection, record.partition, record.offset)
         batch.messages.append(OutMessage(topics.DEADLETTER, record.key or b"", encode(letter),
                                          record.partition))
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 from drift.baseline import derive_id
 from drift.model import DriftConfig, Tick
-from drift.outputs import dead_letter_id
 from drift.replay import MemoryReplay
 from streams import topics
 from streams.codec import decode_record
+from streams.engine import dead_letter
 from streams.rejection import Rejection
-from streams.wire import DeadLetter, encode
+from streams.wire import encode
 
 #: One record of ``fhr.events`` as read back: partition, offset, key, value.
 LogRecord = tuple[int, int, "bytes | None", "bytes | None"]
@@ -63,10 +63,8 @@ def fold_log(records: Iterable[LogRecord], config: DriftConfig | None = None,
                 except Exception:  # noqa: BLE001 - as the engine: state unchanged
                     item = Rejection("processing_error", (), item.event_id)
             if isinstance(item, Rejection):
-                letter_id = dead_letter_id(topics.INPUT, partition, offset)
-                out.setdefault(letter_id, Expected(topics.DEADLETTER, None, encode(DeadLetter(
-                    letter_id, item.reason, topics.INPUT, partition, offset, item.event_id,
-                    item.fields))))
+                letter = dead_letter(item, partition, offset)
+                out.setdefault(letter.id, Expected(topics.DEADLETTER, None, encode(letter)))
                 continue
             for o in outputs:
                 out.setdefault(o.id, Expected(topics.OUTPUT_TOPICS[o.kind], o.user_id,
