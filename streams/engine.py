@@ -317,9 +317,13 @@ class Engine:
         """Keep :attr:`memory_since` after the record at ``offset`` moved a user from
         ``before`` to ``state``, and forget a memory-only user outside a session (the
         fold made them a user never seen). A durable user who opens an ephemeral session
-        keeps the stored state from before it, staged here as of this record."""
+        keeps the stored state from before it, staged here as of this record; the
+        baseline versions folded meanwhile (the close of a durable session that the
+        ephemeral one's start superseded) are staged when the user may be stored again."""
         user_id = state.user_id
         if state.persistable:
+            if not (silent or before.persistable or before.memory_only):
+                self._stage_held(user_id, partition)
             self.memory_since.pop(user_id, None)
         elif state.memory_only:
             if state.session is None:
@@ -334,6 +338,17 @@ class Engine:
                 self.stored.add(user_id)
                 self.as_of[user_id] = offset
             self.memory_since.setdefault(user_id, self.as_of.get(user_id, offset))
+
+    def _stage_held(self, user_id: str, partition: int) -> None:
+        """Stage a user's current baseline versions, which may not be stored yet: the
+        stored state they follow from was held back from before an ephemeral session, and
+        storing them with it would fold the superseded session twice on a replay. Versions
+        are keyed by id, so one stored already is written again to no effect."""
+        current = self.baselines.get(user_id, NO_BASELINES)
+        for baseline in (current.attunement, current.semantic, current.safety):
+            if baseline is not None and (partition, baseline) not in self.pending.baselines:
+                self.pending.baselines.append((partition, baseline))
+                self.meter.count(self.metrics.baseline_versions, baseline.meta.kind.value)
 
     def _replay_in_order(self, record: InputRecord, item: FhrEvent | Tick | Rejection,
                          batch: PendingBatch) -> None:
@@ -404,7 +419,7 @@ class Engine:
         for out in effects.outputs:
             self.meter.output(out)
             self._publish(batch, out, partition)
-        if state.persistable:
+        if not state.memory_only:  # a durable session's summary, even closed by an ephemeral
             self.pending.sessions.extend((partition, s) for s in effects.sessions)
 
     def _erase(self, command: ErasureCommand, partition: int, batch: PendingBatch

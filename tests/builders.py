@@ -88,8 +88,10 @@ def relational_writes(turns: int, confirmed: bool) -> list[MemoryWrite]:
 def memory_only_users() -> list[FhrEvent]:
     """Users whose outputs come from state that only memory holds: long stateless and
     session_only sessions with relational writes (violations), a durable user's long
-    ephemeral session (scores from its turns), a first session off the record, and
-    downgrades to a mode that keeps nothing, at a session start and retroactively."""
+    ephemeral session (scores from its turns; for one of them the ephemeral session's
+    start closes a durable session left open, which folds a new baseline version), a
+    first session off the record, and downgrades to a mode that keeps nothing, at a
+    session start and retroactively."""
     out: list[FhrEvent] = []
     for i in range(3):
         stateless = UserScript(f"mem-stateless-{i}", ts=1.7e9, seed=40 + i)
@@ -97,7 +99,7 @@ def memory_only_users() -> list[FhrEvent]:
         stateless.session("sl-2", turns=30, mode=Mode.SESSION_ONLY, extra=relational_writes(30, True))
         durable = UserScript(f"mem-durable-{i}", ts=1.7e9, seed=50 + i)
         for k in range(3):
-            durable.session(f"d-{k}")
+            durable.session(f"d-{k}", end=k < 2 or i != 1)
         durable.session("d-off", turns=30, ephemeral=True, extra=relational_writes(30, False))
         durable.session("d-back", turns=12)
         durable.session("d-down", turns=20, mode=Mode.SESSION_ONLY, extra=relational_writes(20, True))

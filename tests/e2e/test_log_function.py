@@ -38,9 +38,10 @@ CONFIG = {"worker": {"checkpoint_interval_s": 0.3, "quiet_after_s": 1.0}}
 
 def _log(seed: int) -> list[tuple[bytes | None, bytes]]:
     """Users of every scenario and memory-only users (tests.builders), interleaved a few
-    events at a time (so a partition holds users whose clocks are far apart), with
-    duplicates re-sent 1 to 300 records after their first copy and hostile records
-    between them."""
+    events at a time (so a partition holds users whose clocks are far apart), now and then
+    a few of a user's events lost (a producer that drops some: turns missing, sessions
+    left open and closed by the next one's start), duplicates re-sent 1 to 300 records
+    after their first copy, and hostile records between them."""
     rng = random.Random(seed)
     users = [list(evs) for evs, _ in simulate(seed, SCENARIOS, 3, 1.7e9, SimParams())]
     by_user: dict[str, list[FhrEvent]] = {}
@@ -50,8 +51,10 @@ def _log(seed: int) -> list[tuple[bytes | None, bytes]]:
     events: list[FhrEvent] = []
     while users:
         user = rng.choice(users)
-        events.extend(user[:rng.randint(1, 6)])
-        del user[:6]
+        taken = rng.randint(1, 6)
+        events.extend(user[:taken])
+        lost = rng.randint(1, 6) if rng.random() < 0.15 else 0
+        del user[:taken + lost]
         users = [u for u in users if u]
     records: list[tuple[bytes | None, bytes]] = [
         (e.user_id.encode(), encode_event(e)) for e in events]

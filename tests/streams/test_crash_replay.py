@@ -159,3 +159,28 @@ def test_crashes_at_random_batches_publish_exactly_what_one_run_without_does(
         f"seed {seed}: {len(missing)} missing, {len(extra)} extra, {len(differ)} different of "
         f"{len(clean.published)}; e.g. missing {[clean.published[i] for i in missing[:2]]}, "
         f"extra {[crashed.published[i] for i in extra[:2]]}")
+
+
+def test_a_restart_after_any_record_of_a_durable_user_changes_nothing(tmp_path: Path) -> None:
+    """A durable user whose ephemeral session's start closes a durable session left open
+    (that close folds a new baseline version), then more sessions: a checkpoint and a
+    restart after every record publish exactly what one run without restarts does."""
+    events = [e for e in memory_only_users() if e.user_id == "mem-durable-1"]
+    assert any(e.event_type == "session_start" and e.ephemeral for e in events)
+    log = [Record(0, i, e.user_id.encode(), encode_event(e), int(START_S * 1000))
+           for i, e in enumerate(events)]
+    runs = {}
+    for name, restart in (("clean", False), ("restarted", True)):
+        run = Run(tmp_path / f"{name}.duckdb")
+        for record in log:
+            for m in run.engine.process([record]).messages:
+                run.published.setdefault(json.loads(m.value)["id"], m.value)
+            run.checkpoint()
+            if restart:
+                run.engine = run._start()
+                assert run.engine.fetch_from(0) <= record.offset + 1
+                for again in log[run.engine.fetch_from(0):record.offset + 1]:
+                    assert not run.engine.process([again]).messages
+        runs[name] = run.published
+    assert any(json.loads(v)["session_id"] == "d-back" for v in runs["clean"].values())
+    assert runs["restarted"] == runs["clean"]
