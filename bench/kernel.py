@@ -11,6 +11,8 @@ then reports wall time per record of:
   worker's ``batch_max``), with the share of events handed to the reference fold, and
   the split of its time into building the event columns, the compiled kernel and the
   hand-offs;
+- the attunement statistic of every checkpoint the reference computes, per call, through
+  the reference and through its compiled twin (``drift.kernel.attunement``);
 
 and the compile time of the kernel: cold (an empty numba cache) and cached (loaded from
 the cache a first run wrote), each in a fresh interpreter, beside the import of what the
@@ -33,7 +35,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 
@@ -41,10 +43,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import drift.checkpoint
+from drift.attunement import AttunementTest, score_attunement_drift
 from drift.baseline import UserBaselines
 from drift.fold import initial, step
 from drift.kernel import UserColumns, fold_batch
 from drift.kernel import batch as kernel_batch
+from drift.kernel.attunement import score_attunement
 from drift.model import DriftConfig, FhrEvent, Turn
 from drift.outputs import Effects
 from drift.simulation import Scenario, SimParams, simulate
@@ -56,7 +61,7 @@ import json, time
 t0 = time.perf_counter()
 import numpy, numba, drift.fold
 t1 = time.perf_counter()
-import drift.kernel
+import drift.kernel, drift.kernel.attunement
 t2 = time.perf_counter()
 print(json.dumps({"deps_s": t1 - t0, "kernel_s": t2 - t1}))
 """
@@ -174,6 +179,37 @@ def run_kernel(events: Sequence[FhrEvent], config: DriftConfig, batch: int
     return time.perf_counter() - started, effects, cols, handoffs, calls
 
 
+def attunement_per_call(events: Sequence[FhrEvent], config: DriftConfig, repeat: int
+                        ) -> tuple[int, float, float]:
+    """Every attunement statistic the reference fold computes over ``events``, then each
+    one again through the reference and through its compiled twin (checked equal):
+    the number of calls and seconds per call of each, best of ``repeat``."""
+    calls: list[tuple[Any, ...]] = []
+
+    def recording(*a: Any) -> AttunementTest:
+        calls.append(a)
+        return score_attunement_drift(*a)
+
+    saved = drift.checkpoint.score_attunement_drift
+    drift.checkpoint.score_attunement_drift = recording  # type: ignore[assignment]
+    try:
+        run_reference(events, config)
+    finally:
+        drift.checkpoint.score_attunement_drift = saved  # type: ignore[assignment]
+    assert all(score_attunement(*a) == score_attunement_drift(*a) for a in calls), \
+        "the compiled attunement statistic differs from the reference's"
+    best = {}
+    for name, fn in (("reference", score_attunement_drift), ("compiled", score_attunement)):
+        times = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            for a in calls:
+                fn(*a)
+            times.append(time.perf_counter() - started)
+        best[name] = min(times) / max(1, len(calls))
+    return len(calls), best["reference"], best["compiled"]
+
+
 def compile_times() -> dict[str, float]:
     """Import of the kernel module in fresh interpreters: with an empty numba cache, then
     from the cache that first import wrote."""
@@ -227,6 +263,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"    {label:<28}{1e6 * seconds / n:8.1f} us/record")
     print(f"  handed off to the reference  {handoffs:,} of {n:,} ({100 * handoffs / n:.1f}%), "
           f"{calls:,} kernel calls")
+    att_calls, att_ref, att_ker = attunement_per_call(events, config, args.repeat)
+    print(f"  attunement statistic ({att_calls:,} checkpoints): reference "
+          f"{1e6 * att_ref:.1f} us, compiled {1e6 * att_ker:.1f} us a call "
+          f"(x{att_ref / att_ker:.2f}; equal on every call)")
     print("  kernel module import (compile): "
           f"cold {compile_s['cold_kernel_s']:.2f} s, cached {compile_s['cached_kernel_s']:.2f} s"
           f" (numpy + numba + drift.fold before it: {compile_s['cached_deps_s']:.2f} s)")

@@ -1,0 +1,246 @@
+"""The attunement statistic of a checkpoint, compiled: the twin of
+:func:`drift.attunement.score_attunement_drift`, float for float.
+
+The compiled part takes every number the reference computes: the pooled t statistics and
+Fisher's exact tests per feature, their z scores, the two chi-square groups, the look's
+adjustment. SciPy's special functions are called from it through their C entry points
+(``scipy.special.cython_special``), which give the floats the ufuncs give. Sums follow
+:func:`drift.sums.array_sum`'s order. Python builds the result's values around it.
+
+Exactness is kept by refusal: a Fisher test whose tables pass 2**53 (where a float no
+longer holds the count) makes :func:`score_attunement` answer None, and the caller uses
+the reference. ``tests/drift/test_kernel_attunement.py`` holds the two equal.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import cast
+
+import llvmlite.binding as llvm
+import numpy as np
+import numpy.typing as npt
+from numba import types
+from numba.extending import get_cython_function_address
+
+from drift.attunement import (
+    BINARY_FEATURES,
+    CORE_FEATURES,
+    AttunementTest,
+    FeatureTest,
+    look_share,
+    severity,
+)
+from drift.features import WindowStats
+from drift.kernel.jit import compiled
+from drift.model import DriftConfig
+
+_FLOOR_P = 1e-12
+_VAR_FLOOR = 1e-8
+_EXACT = 2 ** 53
+
+
+def _special(name: str, args: int) -> Callable[..., float]:
+    """A SciPy special function, callable from compiled code by a symbol of its own (so
+    the compiled code refers to it by name, and numba's disk cache stays usable)."""
+    symbol = f"continuity_drift_{name}"
+    llvm.add_symbol(symbol, get_cython_function_address("scipy.special.cython_special", name))
+    return cast(Callable[..., float],
+                types.ExternalFunction(symbol, types.float64(*([types.float64] * args))))
+
+
+_stdtr = _special("__pyx_fuse_0stdtr", 2)  # the (double, double) variant
+_ndtri = _special("ndtri", 1)
+_chdtrc = _special("chdtrc", 2)
+
+
+@compiled("f8(f8[::1])")
+def _array_sum(values: npt.NDArray[np.float64]) -> float:
+    """:func:`drift.sums.array_sum`, in its order."""
+    n = values.shape[0]
+    if n < 8:
+        total = -0.0
+        for i in range(n):
+            total += values[i]
+        return total
+    if n <= 128:
+        r = values[:8].copy()
+        i = 8
+        while i < n - n % 8:
+            for j in range(8):
+                r[j] += values[i + j]
+            i += 8
+        total = float(((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7])))
+        while i < n:
+            total += values[i]
+            i += 1
+        return total
+    half = n // 2
+    half -= half % 8
+    return _array_sum(values[:half].copy()) + _array_sum(values[half:].copy())
+
+
+@compiled("i8(i8, i8)")
+def _comb(n: int, k: int) -> int:
+    """``math.comb`` while it is below 2**53 (every partial product is); -1 past it."""
+    if k < 0 or k > n:
+        return 0
+    if n >= 1024:  # a partial product could pass 2**63 before its division
+        return -1
+    k = min(k, n - k)
+    out = 1
+    for i in range(1, k + 1):
+        out = out * (n - k + i) // i
+        if out >= 9007199254740992:
+            return -1
+    return out
+
+
+@compiled("f8(i8, i8, i8, i8)")
+def _fisher(a: int, row_a: int, b: int, row_b: int) -> float:
+    """:func:`drift.attunement.fisher_exact_p`; -1.0 where its counts pass 2**53."""
+    total = row_a + row_b
+    ones = a + b
+    denom = _comb(total, row_a)
+    if denom < 0:
+        return -1.0
+    lo, hi = max(0, ones - row_b), min(ones, row_a)
+    observed = _comb(ones, a) * _comb(total - ones, row_a - a)
+    cut = observed * (1 + 1e-7)
+    kept = 0
+    for x in range(lo, hi + 1):
+        q = _comb(ones, x) * _comb(total - ones, row_a - x)
+        if q <= cut:
+            kept += q
+    p = kept / denom
+    return min(1.0, p)
+
+
+@compiled("b1(f8[:, ::1], f8[:, ::1], f8[::1], i8, b1[:, ::1], f8, f8, f8[::1])")
+def _scores(current: npt.NDArray[np.float64], base: npt.NDArray[np.float64], pooled_m2: npt.NDArray[np.float64], pooled_df: int,
+            kinds: npt.NDArray[np.bool_], core_share: float, share: float, out: npt.NDArray[np.float64]
+            ) -> bool:
+    """Fill ``out`` with, per feature, the delta, the p-value and the z score (three
+    rows of the features), then the p-value and the adjusted one; False if a count is
+    past exact floats. ``base`` holds a row per baseline session: its count, its recency
+    weight, then its means; ``kinds`` per feature whether it is binary, and core."""
+    n_features = current.shape[1]
+    deltas = out[:n_features]
+    p_values = out[n_features:2 * n_features]
+    zs = out[2 * n_features:3 * n_features]
+    ns = base[:, 0].copy()
+    weights = base[:, 1].copy()
+    means = base[:, 2:]
+    binary = kinds[0]
+    core = kinds[1]
+    k = current.shape[0]
+    s = weights.shape[0]
+    total = _array_sum(weights)
+    parts = np.empty(s)
+    for i in range(s):
+        parts[i] = (weights[i] / total) * (weights[i] / total) / float(ns[i])
+    v_b = _array_sum(parts)
+    n_base = 0
+    for i in range(s):
+        n_base += int(ns[i])
+    column = np.empty(k)
+    sq = np.empty(k)
+    for j in range(n_features):
+        for r in range(k):
+            column[r] = current[r, j]
+        if binary[j]:
+            c = int(np.rint(_array_sum(column)))
+            b_sum = 0.0
+            for i in range(s):
+                b_sum += means[i, j] * ns[i]
+            b = int(np.rint(b_sum))
+            p = _fisher(c, k, b, n_base)
+            if p < 0.0:
+                return False
+            deltas[j] = c / k - b / max(n_base, 1)
+            p_values[j] = p
+        else:
+            for i in range(s):
+                parts[i] = weights[i] * means[i, j]
+            mu_b = _array_sum(parts) / total
+            cur_mean = _array_sum(column) / k
+            for r in range(k):
+                sq[r] = (column[r] - cur_mean) * (column[r] - cur_mean)
+            m2 = pooled_m2[j] + _array_sum(sq)
+            df = pooled_df + k - 1
+            var = m2 / df
+            var = max(var, _VAR_FLOOR)
+            t = (cur_mean - mu_b) / math.sqrt(var * (1.0 / k + v_b))
+            deltas[j] = t
+            p_values[j] = 2.0 * _stdtr(float(df), -abs(t))
+    chi_core = 0.0
+    chi_rest = 0.0
+    n_core = 0
+    for j in range(n_features):
+        p = p_values[j]
+        p = max(p, _FLOOR_P)
+        zs[j] = -_ndtri(p / 2.0)
+        if core[j]:
+            chi_core += zs[j] ** 2
+            n_core += 1
+        else:
+            chi_rest += zs[j] ** 2
+    n_rest = n_features - n_core
+    p_value = 1.0
+    if n_core and n_rest:
+        p_value = min(p_value, _chdtrc(float(n_core), chi_core) / core_share)
+        p_value = min(p_value, _chdtrc(float(n_rest), chi_rest) / (1.0 - core_share))
+    elif n_core:
+        p_value = min(p_value, _chdtrc(float(n_core), chi_core) / 1.0)
+    elif n_rest:
+        p_value = min(p_value, _chdtrc(float(n_rest), chi_rest) / 1.0)
+    p_value = min(1.0, p_value)
+    out[3 * n_features] = p_value
+    out[3 * n_features + 1] = min(1.0, p_value / share)
+    return True
+
+
+def score_attunement(
+    current: Sequence[Sequence[float]],
+    features: tuple[str, ...],
+    baseline_windows: list[tuple[WindowStats, float]],
+    pooled: tuple[tuple[float, ...], int],
+    look: int,
+    window: int,
+    config: DriftConfig,
+) -> AttunementTest | None:
+    """What :func:`drift.attunement.score_attunement_drift` returns for the same
+    arguments, or None where a count is past exact floats (call the reference then).
+
+    >>> from drift.attunement import score_attunement_drift
+    >>> rng = np.random.default_rng(0)
+    >>> feats = ("trust", "resonance_depth", "friction")
+    >>> wins = [WindowStats.of(rng.normal(0.6, 0.1, (5, 3)).round(0)) for _ in range(3)]
+    >>> base = [(s, 0.7 ** i) for i, s in enumerate(wins)]
+    >>> now = rng.normal(0.5, 0.1, (5, 3)).round(0).tolist()
+    >>> args = (now, feats, base, ((0.1, 0.2, 0.3), 12), 1, 0, DriftConfig())
+    >>> score_attunement(*args) == score_attunement_drift(*args)
+    True
+    """
+    n = len(features)
+    rows = np.array(current, dtype=np.float64).reshape(len(current), n)
+    base = np.array([(s.n, w, *s.mean) for s, w in baseline_windows], dtype=np.float64)
+    out = np.empty(3 * n + 2)
+    if not _scores(rows, base, np.array(pooled[0], dtype=np.float64), pooled[1],
+                   _kinds(features), config.core_share, look_share(look, config), out):
+        return None
+    values = out.tolist()
+    tests = [FeatureTest(f, values[2 * n + j], values[n + j], values[j])
+             for j, f in enumerate(features)]
+    p_value, p_adj = values[3 * n:]
+    return AttunementTest(p_value, p_adj, look, window, len(current),
+                          tuple(sorted(tests, key=lambda t: -t.z)), severity(p_adj, config))
+
+
+@functools.lru_cache(maxsize=64)
+def _kinds(features: tuple[str, ...]) -> npt.NDArray[np.bool_]:
+    """Per feature, whether it is binary (first row) and of the relational core (second)."""
+    return np.array([[f in BINARY_FEATURES for f in features],
+                     [f in CORE_FEATURES for f in features]], dtype=np.bool_)
