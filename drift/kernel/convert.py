@@ -38,6 +38,7 @@ from drift.kernel.layout import (
     I_STREAK,
     I_TURNS,
     I_WINDOW_N,
+    MEMORY_ONLY,
     N_FEATURES,
     PY_ONLY,
     SESSION_EPHEMERAL,
@@ -131,15 +132,15 @@ def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.
     ring = state.recent.ring
     held = len(ring) // _FP_BYTES
     ok = g.supported and held <= g.ring and len(ring) % _FP_BYTES == 0
-    flags = 0
-    last_s = 0.0
+    flags = MEMORY_ONLY if state.memory_only else 0
+    last_s = started_s = 0.0
     mask = streak = 0
     code = -1
     session = state.session
     turns_fit = True
     if session is not None:
         flags |= HAS_SESSION
-        last_s = session.last_s
+        last_s, started_s = session.last_s, session.started_s
         if session.ephemeral:
             flags |= SESSION_EPHEMERAL
         guard = session.guard
@@ -158,7 +159,7 @@ def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.
                 if turns_fit:
                     icols[slot] = ints
                     fcols[slot, F_WINDOWS:] = floats[F_WINDOWS:]
-    ok = ok and turns_fit and not state.memory_only  # their rules are the reference's
+    ok = ok and turns_fit
     if not ok:
         flags |= PY_ONLY
         held = 0
@@ -171,7 +172,7 @@ def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.
     row[I_STREAK] = streak
     row[I_BLOCKING] = max(mask, 0)
     row[I_SESSION] = code
-    fcols[slot, :F_WINDOWS] = (state.clock_s, last_s, expire_at_s)
+    fcols[slot, :F_WINDOWS] = (state.clock_s, last_s, expire_at_s, started_s)
     return ok
 
 

@@ -2,7 +2,7 @@
 
 A user's slot is one row in each of three arrays: ``icols`` (int64: counts, flags,
 the guard's streak), ``fcols`` (float64: the clock, the open session's last event
-time, the expiry hint, then the turn log's window sums and row buffers) and
+time, the expiry hint, the open session's start, then the turn log's window sums and row buffers) and
 ``rings`` (uint64: the dedupe ring of event-id fingerprints). :class:`Geometry`
 holds the offsets a configuration gives the float row, and the two small arrays
 the kernel reads them from.
@@ -35,7 +35,8 @@ I_WINDOW_N = 10  # WindowSums.n of each window, then nothing after
 F_CLOCK = 0
 F_LAST = 1  # SessionState.last_s
 F_EXPIRE = 2  # no baseline can be past its TTL before this event time
-F_WINDOWS = 3
+F_STARTED = 3  # SessionState.started_s (a memory-only user's older events are not theirs)
+F_WINDOWS = 4
 
 # Bits of icols[:, I_FLAGS].
 PY_ONLY = 1  # the state does not fit the columns: every event goes to the reference
@@ -45,6 +46,7 @@ SESSION_EPHEMERAL = 8
 HIGH_RES_BLOCK = 16  # Guard.high_res_block
 DIRTY_USER = 32  # the clock or the ring moved since the slot's state object was made
 DIRTY_SESSION = 64  # so did the open session (last_s, guard, turn log)
+MEMORY_ONLY = 128  # UserState.memory_only: an event older than the open session is not taken
 
 #: Guard.blocking names, one bit each in this order (drift.governance builds them so).
 BLOCKING_NAMES = ("ae_active", "care_override", "care_cooloff", "crisis", "legal_hold")
@@ -76,7 +78,7 @@ class Geometry:
     >>> g.windows, g.current, g.early, g.late, g.ring, g.supported
     (3, 5, 5, 3, 128, True)
     >>> g.f_current, g.f_early, g.f_late, g.f_width, g.i_width
-    (39, 69, 99, 117, 13)
+    (40, 70, 100, 118, 13)
     """
 
     windows: int
@@ -120,6 +122,6 @@ class Geometry:
         """Offset in the float row of window ``window``'s sums (its squares follow).
 
         >>> Geometry.of(DriftConfig()).total_at(1)
-        15
+        16
         """
         return F_WINDOWS + window * 2 * N_FEATURES

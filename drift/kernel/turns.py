@@ -35,6 +35,7 @@ from drift.kernel.layout import (
     F_CLOCK,
     F_EXPIRE,
     F_LAST,
+    F_STARTED,
     F_WINDOWS,
     HAS_SESSION,
     HIGH_RES_BLOCK,
@@ -51,6 +52,7 @@ from drift.kernel.layout import (
     I_WINDOW_N,
     KIND_MAY_ERASE,
     KIND_TURN,
+    MEMORY_ONLY,
     N_FEATURES,
     PY_ONLY,
     SESSION_EPHEMERAL,
@@ -151,6 +153,8 @@ def apply_turns(start: int, stop_before_erasure: bool,
         if duplicate:
             status[i] = ST_DUPLICATE
             continue
+        if (flags & MEMORY_ONLY) != 0 and ev_ts[i] < fcols[s, F_STARTED]:
+            return i  # older than a memory-only user's open session: the reference's rule
         if kind != KIND_TURN or expiry_near:
             return i
         has_session = (flags & HAS_SESSION) != 0

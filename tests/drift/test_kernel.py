@@ -40,6 +40,7 @@ from drift.model import (
 from drift.outputs import Effects
 from drift.state import UserState
 from streams.wire import encode
+from tests.builders import memory_only_users
 from tests.drift.test_fold_properties import EVERY_ERASURE, MODELS, Plan, _events, plans
 from tests.streams.golden import golden_events
 
@@ -265,3 +266,18 @@ def test_an_event_the_reference_raises_on_leaves_the_state_as_it_was() -> None:
     assert isinstance(done.outcomes[0], TypeError), done.outcomes
     assert done.effects(1) is not None and done.effects(1).duplicate
     assert cols.states["u"] == before
+
+
+def test_memory_only_users_give_the_reference_effects_and_states() -> None:
+    """Stateless, session_only and ephemeral sessions, downgrades: the kernel takes these
+    users' plain turns too, and hands off an event older than their open session (a late
+    copy of an earlier session's, which the reference ignores)."""
+    rng = random.Random(5)
+    events = list(memory_only_users())
+    for _ in range(len(events) // 8):  # late copies, some from before the open session
+        i = rng.randrange(len(events))
+        events.insert(min(len(events), i + rng.randint(1, 200)), events[i])
+    for batch in (1, 16, 200):
+        got, handoffs = kernel(events, DriftConfig(), batch)
+        assert_same(reference(events, DriftConfig()), got, batch)
+        assert handoffs < len(events) // 2, "the kernel took most of their turns"
