@@ -43,8 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import drift.checkpoint
-from drift.attunement import AttunementTest, score_attunement_drift
+from drift.attunement import AttunementScore, AttunementTest, score_attunement_drift
 from drift.baseline import UserBaselines
 from drift.fold import initial, step
 from drift.kernel import UserColumns, fold_batch
@@ -91,7 +90,8 @@ def build_events(records: int, users: int, seed: int) -> list[FhrEvent]:
     return out
 
 
-def run_reference(events: Sequence[FhrEvent], config: DriftConfig
+def run_reference(events: Sequence[FhrEvent], config: DriftConfig,
+                  score: AttunementScore = score_attunement_drift,
                   ) -> tuple[float, list[Effects], dict[str, UserState]]:
     states: dict[str, UserState] = {}
     baselines: dict[str, UserBaselines] = {}
@@ -100,7 +100,7 @@ def run_reference(events: Sequence[FhrEvent], config: DriftConfig
     started = time.perf_counter()
     for e in events:
         u = e.user_id
-        result = step(states.get(u) or initial(u), baselines.get(u, none), e, config)
+        result = step(states.get(u) or initial(u), baselines.get(u, none), e, config, score)
         states[u] = result.state
         baselines[u] = result.baselines
         effects.append(result.effects)
@@ -190,12 +190,7 @@ def attunement_per_call(events: Sequence[FhrEvent], config: DriftConfig, repeat:
         calls.append(a)
         return score_attunement_drift(*a)
 
-    saved = drift.checkpoint.score_attunement_drift
-    drift.checkpoint.score_attunement_drift = recording  # type: ignore[assignment]
-    try:
-        run_reference(events, config)
-    finally:
-        drift.checkpoint.score_attunement_drift = saved  # type: ignore[assignment]
+    run_reference(events, config, recording)
     assert all(score_attunement(*a) == score_attunement_drift(*a) for a in calls), \
         "the compiled attunement statistic differs from the reference's"
     best = {}

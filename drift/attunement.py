@@ -8,7 +8,7 @@ checkpoint holds. See ``docs/scoring.md`` for the derivation.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scipy import special
@@ -46,6 +46,13 @@ class AttunementTest:
     turns: int
     features: tuple[FeatureTest, ...]
     drift: float
+
+
+AttunementScore = Callable[
+    [Sequence[Sequence[float]], tuple[str, ...], list[tuple[WindowStats, float]],
+     tuple[tuple[float, ...], int], int, int, DriftConfig], AttunementTest]
+"""The signature of :func:`score_attunement_drift`: what a caller of
+:func:`drift.fold.step` may pass in its place, if it returns equal values."""
 
 
 def look_share(look: int, config: DriftConfig) -> float:

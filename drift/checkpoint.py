@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass
 
 from drift import ladder
-from drift.attunement import AttunementTest, score_attunement_drift
+from drift.attunement import AttunementScore, AttunementTest, score_attunement_drift
 from drift.baseline import Baseline, UserBaselines, derive_id
 from drift.composite import composite, safety_drift, semantic_drift
 from drift.evolve import evolve, fast_init
@@ -38,6 +38,9 @@ class StepContext:
     session_id: str
     ts_s: float
     config: DriftConfig
+    score: AttunementScore = score_attunement_drift
+    """How the attunement statistic is computed: the reference's function, or one a caller
+    of :func:`drift.fold.step` holds equal to it (the compiled batch kernel's)."""
 
 
 def features_for(mode: Mode, available: tuple[str, ...]) -> tuple[str, ...]:
@@ -70,8 +73,8 @@ def _layout(mode: str, available: tuple[str, ...]) -> _Layout:
     return _Layout(feats, base_idx, cols, feats == available == FEATURES)
 
 
-def attunement_test(session: SessionState, baselines: UserBaselines, config: DriftConfig
-                    ) -> AttunementTest | None:
+def attunement_test(session: SessionState, baselines: UserBaselines, config: DriftConfig,
+                    score: AttunementScore = score_attunement_drift) -> AttunementTest | None:
     """The attunement statistic of the turns since the last look, or None without a baseline."""
     base = baselines.attunement
     rows_now = session.turns.current_rows
@@ -90,13 +93,12 @@ def attunement_test(session: SessionState, baselines: UserBaselines, config: Dri
     if df < 2:
         return None
     if layout.whole:
-        return score_attunement_drift(rows_now, feats, found, (m2_all, df), looks + 1, w,
-                                      config)
+        return score(rows_now, feats, found, (m2_all, df), looks + 1, w, config)
     base_idx, cols = layout.base_idx, layout.cols
     windows = [(s.restrict(base_idx), wt) for s, wt in found]
     rows = [[row[c] for c in cols] for row in rows_now]
     pooled = (tuple(m2_all[i] for i in base_idx), df)
-    return score_attunement_drift(rows, feats, windows, pooled, looks + 1, w, config)
+    return score(rows, feats, windows, pooled, looks + 1, w, config)
 
 
 def checkpoint(state: UserState, baselines: UserBaselines, ctx: StepContext, tag: str
@@ -104,7 +106,7 @@ def checkpoint(state: UserState, baselines: UserBaselines, ctx: StepContext, tag
     """Score the open session now (a full checkpoint) and walk the response ladder."""
     session = state.session
     assert session is not None
-    att = attunement_test(session, baselines, ctx.config)
+    att = attunement_test(session, baselines, ctx.config, ctx.score)
     sem = semantic_drift(session.referenced) if baselines.semantic is not None else None
     saf = (safety_drift(baselines.safety.fields(), session.safety)
            if baselines.safety is not None else None)

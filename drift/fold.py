@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, assert_never
 
 from drift import ladder
+from drift.attunement import AttunementScore, score_attunement_drift
 from drift.baseline import Baseline, UserBaselines, derive_id
 from drift.checkpoint import StepContext, checkpoint, rate
 from drift.composite import safety_drift
@@ -72,13 +73,15 @@ def initial(user_id: str) -> UserState:
     return UserState(user_id)
 
 
-def step(state: UserState, baselines: UserBaselines, event: FhrEvent, config: DriftConfig
-         ) -> Step:
+def step(state: UserState, baselines: UserBaselines, event: FhrEvent, config: DriftConfig,
+         score: AttunementScore = score_attunement_drift) -> Step:
     """Apply one event to one user; returns the user's next state, baselines and effects.
 
     Duplicated event ids are ignored. Event time never moves backwards: an older
     ``ts`` is processed with the user's clock held where it was. Expiry and idle
-    closes that are due by the event's time happen first (:func:`sweep`).
+    closes that are due by the event's time happen first (:func:`sweep`). ``score``
+    computes the attunement statistic of this event's checkpoint, if it has one
+    (:data:`drift.attunement.AttunementScore`).
     """
     fingerprint = event_hash(event.event_id)
     if state.recent.holds(fingerprint):
@@ -87,7 +90,7 @@ def step(state: UserState, baselines: UserBaselines, event: FhrEvent, config: Dr
                                                                              event):
         return Step(state, baselines)
     ts = max(event.ts_s, state.clock_s)
-    ctx = StepContext(event.event_id, event.session_id, ts, config)
+    ctx = StepContext(event.event_id, event.session_id, ts, config, score)
     swept = sweep(state, baselines, ts, config, ctx) if due(state, baselines, ts, config) \
         else None
     if swept is not None:

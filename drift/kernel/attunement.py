@@ -7,9 +7,8 @@ adjustment. SciPy's special functions are called from it through their C entry p
 (``scipy.special.cython_special``), which give the floats the ufuncs give. Sums follow
 :func:`drift.sums.array_sum`'s order. Python builds the result's values around it.
 
-Exactness is kept by refusal: a Fisher test whose tables pass 2**53 (where a float no
-longer holds the count) makes :func:`score_attunement` answer None, and the caller uses
-the reference. ``tests/drift/test_kernel_attunement.py`` holds the two equal.
+Exactness is kept by refusal: where a Fisher test's tables pass 2**53 (a float no longer
+holds the count), :func:`score_attunement` calls the reference. ``tests/drift/test_kernel_attunement.py`` holds the two equal.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from drift.attunement import (
     AttunementTest,
     FeatureTest,
     look_share,
+    score_attunement_drift,
     severity,
 )
 from drift.features import WindowStats
@@ -210,9 +210,10 @@ def score_attunement(
     look: int,
     window: int,
     config: DriftConfig,
-) -> AttunementTest | None:
-    """What :func:`drift.attunement.score_attunement_drift` returns for the same
-    arguments, or None where a count is past exact floats (call the reference then).
+) -> AttunementTest:
+    """What :func:`drift.attunement.score_attunement_drift` returns for the same arguments
+    (:data:`drift.attunement.AttunementScore`): computed compiled, or by the reference
+    where a count is past exact floats.
 
     >>> from drift.attunement import score_attunement_drift
     >>> rng = np.random.default_rng(0)
@@ -230,7 +231,8 @@ def score_attunement(
     out = np.empty(3 * n + 2)
     if not _scores(rows, base, np.array(pooled[0], dtype=np.float64), pooled[1],
                    _kinds(features), config.core_share, look_share(look, config), out):
-        return None
+        return score_attunement_drift(current, features, baseline_windows, pooled, look,
+                                      window, config)
     values = out.tolist()
     tests = [FeatureTest(f, values[2 * n + j], values[n + j], values[j])
              for j, f in enumerate(features)]
@@ -244,3 +246,4 @@ def _kinds(features: tuple[str, ...]) -> npt.NDArray[np.bool_]:
     """Per feature, whether it is binary (first row) and of the relational core (second)."""
     return np.array([[f in BINARY_FEATURES for f in features],
                      [f in CORE_FEATURES for f in features]], dtype=np.bool_)
+

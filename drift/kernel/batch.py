@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from drift.baseline import UserBaselines
 from drift.fold import DUPLICATE, Step, may_erase, step
+from drift.kernel.attunement import score_attunement
 from drift.kernel.columns import UserColumns
 from drift.kernel.events import EventColumns
 from drift.kernel.layout import ST_APPLIED, ST_DUPLICATE
@@ -114,7 +115,7 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
             break
         handoffs += 1
         try:
-            result = step(state, baselines, event, config)
+            result = step(state, baselines, event, config, score_attunement)
         except Exception as exc:  # noqa: BLE001 - the fold is pure: the state stays as it was
             outcomes[j] = exc
         else:
