@@ -20,6 +20,7 @@ the tree's own worker thresholds (``streams.worker.GC_THRESHOLDS`` where the tre
     python bench/instructions.py                          # this tree
     python bench/instructions.py --tree /path/to/other/checkout --tree .
     python bench/instructions.py --records 40000 --users 400
+    python bench/instructions.py --fold kernel --tree ../before --tree .   # the fold alone
 
 Needs valgrind (Debian: ``apt-get install valgrind``). The two runs of a tree go in parallel;
 about a minute per tree.
@@ -45,14 +46,45 @@ DEFAULT_SEED = 20261130
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
-def child(stream_path: Path, process: bool) -> None:
+def child(stream_path: Path, process: bool, fold: str | None = None) -> None:
     """The measured process: load the stream, then put it through an engine if ``process``
-    (the project's modules come from the tree under test, on ``PYTHONPATH``)."""
+    (the project's modules come from the tree under test, on ``PYTHONPATH``). With
+    ``fold``, the stream is decoded whatever ``process`` says, and only the fold is put to
+    the test: the reference's loop of ``step`` or the kernel's ``fold_batch``."""
     with stream_path.open("rb") as f:
         stream: list[tuple[bytes, bytes]] = pickle.load(f)
     records = len(stream) if process else 0
+    if fold is not None:
+        through_fold(stream, records, fold)
+        return
     recs = input_records(stream)
     through_engine(recs[:records])
+
+
+def through_fold(stream: Sequence[tuple[bytes, bytes]], records: int, fold: str) -> None:
+    """Decode ``stream``, then fold its first ``records`` events by ``fold``: ``reference``
+    (a loop of ``drift.fold.step``) or ``kernel`` (``drift.kernel.fold_batch`` over batches
+    of 500, as the worker's ``batch_max``)."""
+    from drift.baseline import UserBaselines
+    from drift.fold import initial, step
+    from drift.kernel import UserColumns, fold_batch
+    from drift.model import DriftConfig, FhrEvent
+    from streams.codec import decode_event
+
+    events = [e for e in (decode_event(k, v) for k, v in stream) if isinstance(e, FhrEvent)]
+    events = events[:records]
+    config = DriftConfig()
+    if fold == "kernel":
+        cols = UserColumns(config, capacity=1024)
+        for i in range(0, len(events), 500):
+            fold_batch(cols, events[i:i + 500], config)
+        return
+    states: dict[str, Any] = {}
+    baselines: dict[str, UserBaselines] = {}
+    for e in events:
+        u = e.user_id
+        result = step(states.get(u) or initial(u), baselines.get(u, UserBaselines()), e, config)
+        states[u], baselines[u] = result.state, result.baselines
 
 
 def through_engine(recs: Sequence[Any],
@@ -126,7 +158,7 @@ def build(path: Path, records: int, users: int, seed: int) -> None:
         pickle.dump([(key, value) for key, value, _ in stream.records], f)
 
 
-def count(tree: Path, stream: Path, process: bool) -> int:
+def count(tree: Path, stream: Path, process: bool, fold: str | None = None) -> int:
     """Instructions callgrind counts for one child run in ``tree``."""
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree)}
     with tempfile.TemporaryDirectory(prefix="continuity-callgrind-") as tmp:
@@ -134,6 +166,8 @@ def count(tree: Path, stream: Path, process: bool) -> int:
                sys.executable, str(ROOT / "bench" / "instructions.py"), "--child", str(stream)]
         if process:
             cmd.append("--process")
+        if fold is not None:
+            cmd += ["--fold", fold]
         done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
                               check=False)
     found = _COLLECTED.search(done.stderr)
@@ -156,11 +190,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="simulated users (default 200: ~100 events, ~7 sessions each, so "
                              "that most sessions are scored against baselines)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--fold", choices=("reference", "kernel"), default=None,
+                        help="count the fold alone (decode excluded): the reference's loop "
+                             "of step, or the compiled kernel's fold_batch")
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        child(args.child, args.process)
+        child(args.child, args.process, args.fold)
         return 0
     if args.records < 1 or args.users < 1:
         parser.error("--records and --users must be at least 1")
@@ -168,15 +205,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     for tree in trees:
         if not (tree / "streams" / "engine.py").is_file():
             parser.error(f"--tree {tree}: not a checkout of this project (no streams/engine.py)")
-    print(f"| tree | commit | instructions per record ({args.records:,} records, "
-          f"{args.users:,} users) |")
+    what = f"the fold ({args.fold})" if args.fold else "the engine"
+    print(f"| tree | commit | instructions per record through {what} ({args.records:,} "
+          f"records, {args.users:,} users) |")
     print("|---|---|---:|")
     with tempfile.TemporaryDirectory(prefix="continuity-instructions-") as tmp:
         stream = Path(tmp) / "stream.pickle"
         build(stream, args.records, args.users, args.seed)
         for tree in trees:
+            if args.fold == "kernel":  # numba's cache for the CPU callgrind shows, first
+                count(tree, stream, False, args.fold)
             with ThreadPoolExecutor(2) as pool:
-                empty, full = pool.map(lambda p, t=tree: count(t, stream, p), (False, True))
+                empty, full = pool.map(lambda p, t=tree: count(t, stream, p, args.fold),
+                                       (False, True))
             print(_row(tree, (full - empty) / args.records), flush=True)
     print("\nreproduce: python bench/instructions.py "
           + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])))
