@@ -136,7 +136,7 @@ def input_records(stream: Sequence[tuple[bytes, bytes]], partitions: int = 4) ->
     producer's partitioner places a key: one partition per user), offsets from 0."""
     import zlib
 
-    from streams.engine import Record
+    from streams.records import Record
 
     offsets = dict.fromkeys(range(partitions), 0)
     out = []

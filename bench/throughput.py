@@ -153,8 +153,9 @@ def engine_split(records: Sequence[tuple[bytes, bytes, str]], partitions: int,
 
     from baselines.store import BaselineStore
     from drift.model import DriftConfig
-    from streams.engine import Engine, Record
+    from streams.engine import Engine
     from streams.metrics import build_metrics
+    from streams.records import Record
 
     offsets = dict.fromkeys(range(partitions), 0)
     now = time.time()

@@ -32,7 +32,7 @@ from aiokafka.errors import (
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.memory_records import MemoryRecords
 
-from streams.engine import Record
+from streams.records import Record
 from streams.rejection import BatchFault
 
 #: The most a fetch of one partition returns, the consumer's and :func:`fetch_raw`'s alike,

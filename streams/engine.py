@@ -6,7 +6,7 @@ steps the user's fold, stages what the step asks for and observes metrics from
 the typed results; every decision is the core's.
 
 State lives in memory between checkpoints. A processed batch is a
-:class:`PendingBatch` (its messages); what it changed is staged in the engine's
+:class:`~streams.records.PendingBatch` (its messages); what it changed is staged in the engine's
 checkpoint, a :class:`~baselines.store.BatchWrite` with the changed users' state,
 new baseline versions, session summaries and the next offset of every partition.
 The shell publishes each batch's messages and waits for the broker's acks; every
@@ -29,13 +29,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from baselines.store import BaselineStore, BatchWrite
 from drift.baseline import UserBaselines
 from drift.erasure import expiry_due, operator_erase, receipt
-from drift.evolve import fast_init
 from drift.fold import Step, due, initial, may_erase, step, summarize, sweep
 from drift.model import (
     DriftConfig,
@@ -54,75 +51,13 @@ from streams import topics
 from streams.codec import decode_record
 from streams.meter import Meter
 from streams.metrics import Metrics
+from streams.records import InputRecord, OutMessage, PendingBatch, dead_letter
 from streams.rejection import Rejection
 from streams.wire import DeadLetter, encode
 
 log = logging.getLogger("continuity_drift.engine")
 
 NO_BASELINES = UserBaselines()
-
-
-class InputRecord(Protocol):
-    """One input record as the engine reads it: what aiokafka's ``ConsumerRecord`` carries,
-    so the shell hands its records over as they come."""
-
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
-    @property
-    def timestamp(self) -> int:
-        """Kafka's record timestamp, milliseconds since the epoch."""
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Record:
-    """An :class:`InputRecord` made in process (tests, benchmarks)."""
-
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: int
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class OutMessage:
-    """A message to publish; ``partition`` is the input partition it came from (-1: none)."""
-
-    topic: str
-    key: bytes
-    value: bytes
-    partition: int
-
-
-@dataclass
-class PendingBatch:
-    """A batch that has been processed but not yet committed."""
-
-    messages: list[OutMessage] = field(default_factory=list)
-    source_timestamps: list[int] = field(default_factory=list)
-    """Kafka timestamps (ms) of the input records whose outputs the batch carries."""
-    erased: set[int] = field(default_factory=set)
-    """Partitions where an erasure was carried out (-1: a user no partition holds)."""
-    stopped_at: int | None = None
-    """Index of the first record left unprocessed because it may erase (see ``process``)."""
-    rewind: dict[int, int] = field(default_factory=dict)
-    """Partitions whose replay the consumer skipped part of (records it fetched from an
-    older position came first): the shell seeks each to the offset given."""
-
-
-def dead_letter(rejection: Rejection, partition: int, offset: int) -> DeadLetter:
-    """The dead letter of one input record: why, and where it came from (never its values).
-    :func:`streams.oracle.fold_log` builds the same."""
-    return DeadLetter(dead_letter_id(topics.INPUT, partition, offset), rejection.reason,
-                      topics.INPUT, partition, offset, rejection.event_id, rejection.fields)
 
 
 def _processing_error(exc: Exception, event_id: str | None, record: InputRecord) -> Rejection:

@@ -19,7 +19,7 @@ from drift.model import DriftConfig, Tick
 from drift.replay import MemoryReplay
 from streams import topics
 from streams.codec import decode_record
-from streams.engine import dead_letter
+from streams.records import dead_letter
 from streams.rejection import Rejection
 from streams.wire import encode
 

@@ -13,8 +13,8 @@ from aiokafka import AIOKafkaProducer
 
 from streams import topics
 from streams.broker_watch import BROKER_FAULTS, BrokerWatch
-from streams.engine import OutMessage, PendingBatch
 from streams.metrics import Metrics, observe_many
+from streams.records import OutMessage, PendingBatch
 
 #: Batches handed to the producer: their messages and the gathered acks, in order.
 Sent = list[tuple[list[OutMessage], asyncio.Future[list[Any]]]]

@@ -37,11 +37,12 @@ from streams import topics
 from streams.batches import FETCH_BYTES, fetch_raw, read_batches
 from streams.broker_watch import BROKER_FAULTS, BrokerWatch
 from streams.changelog import Changelog
-from streams.engine import Engine, InputRecord, PendingBatch
+from streams.engine import Engine
 from streams.http import make_app
 from streams.metrics import Metrics, build_metrics
 from streams.owners import Owners, partition_of
 from streams.publish import Publisher, Sent
+from streams.records import InputRecord, PendingBatch
 from streams.settings import Settings
 from streams.tick import TICK_KEY, encode_tick
 

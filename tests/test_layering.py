@@ -18,8 +18,8 @@ STDLIB_IO = {"socket", "subprocess", "urllib", "http", "asyncio", "requests", "s
 #: The modules a worker runs: none of them may load the report's or the demo's code (only the
 #: CLI, which starts either, imports them), nor the oracle the tests and benchmarks hold the
 #: worker against.
-WORKER_MODULES = ("worker", "engine", "meter", "publish", "broker_watch", "changelog", "codec",
-                  "fhr_schema", "rejection", "tick", "wire", "owners", "http", "metrics",
+WORKER_MODULES = ("worker", "engine", "records", "meter", "publish", "broker_watch",
+                  "changelog", "codec", "fhr_schema", "rejection", "tick", "wire", "owners", "http", "metrics",
                   "supervise", "settings", "topics", "broker")
 FRONTS = ("streams.report", "streams.demo", "streams.oracle")
 #: What the kernel may import beyond drift/'s own: numba and its code generator (llvmlite

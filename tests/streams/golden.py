@@ -28,8 +28,9 @@ from drift.model import (
 )
 from drift.simulation import Scenario, simulate
 from streams.codec import encode_event
-from streams.engine import Engine, PendingBatch, Record
+from streams.engine import Engine
 from streams.metrics import build_metrics
+from streams.records import PendingBatch, Record
 from streams.tick import TICK_KEY, encode_tick
 from tests.builders import UserScript
 

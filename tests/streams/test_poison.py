@@ -22,8 +22,9 @@ from baselines.store import BaselineStore
 from drift.model import DriftConfig, FhrEvent
 from streams import topics
 from streams.codec import decode_event, encode_event
-from streams.engine import Engine, Record
+from streams.engine import Engine
 from streams.metrics import build_metrics
+from streams.records import Record
 from streams.rejection import REJECTION_REASONS, Rejection
 from tests.builders import UserScript
 from tests.conftest import examples
