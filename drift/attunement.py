@@ -22,8 +22,9 @@ from drift.sums import array_sum
 CORE_FEATURES = ("trust", "resonance_depth")
 #: Binary features, tested with an exact conditional test.
 BINARY_FEATURES = frozenset({"friction"})
-_FLOOR_P = 1e-12
-_VAR_FLOOR = 1e-8
+#: The smallest p-value a test reports, and the smallest variance a t statistic divides by.
+FLOOR_P = 1e-12
+VAR_FLOOR = 1e-8
 
 
 @fast_init
@@ -84,7 +85,7 @@ def severity(p_adjusted: float, config: DriftConfig) -> float:
     >>> severity(1e-30, cfg)
     1.0
     """
-    p = min(1.0, max(p_adjusted, _FLOOR_P))
+    p = min(1.0, max(p_adjusted, FLOOR_P))
     tm, th = config.threshold_medium, config.threshold_high
     lm, lh, lf = math.log(config.alpha_medium), math.log(config.alpha_high), math.log(1e-8)
     lp = math.log(p)
@@ -124,7 +125,7 @@ def _t_statistic(
     cur_mean = array_sum(current) / k
     m2 = pooled_m2 + array_sum([(x - cur_mean) * (x - cur_mean) for x in current])
     df = pooled_df + k - 1
-    var = max(m2 / df, _VAR_FLOOR)
+    var = max(m2 / df, VAR_FLOOR)
     return (cur_mean - mu_b) / math.sqrt(var * (1.0 / k + v_b)), df
 
 
@@ -222,7 +223,7 @@ def score_attunement_drift(
     if ts:
         for j, p in zip(t_at, (2.0 * special.stdtr(dfs, ts)).tolist()):
             p_values[j] = p
-    zs = (-special.ndtri([max(p, _FLOOR_P) / 2.0 for p in p_values])).tolist()
+    zs = (-special.ndtri([max(p, FLOOR_P) / 2.0 for p in p_values])).tolist()
     tests = [FeatureTest(f, z, p, d) for f, z, p, d in zip(features, zs, p_values, deltas)]
     core = [t for t in tests if t.feature in CORE_FEATURES]
     rest = [t for t in tests if t.feature not in CORE_FEATURES]

@@ -8,7 +8,8 @@ adjustment. SciPy's special functions are called from it through their C entry p
 :func:`drift.sums.array_sum`'s order. Python builds the result's values around it.
 
 Exactness is kept by refusal: where a Fisher test's tables pass 2**53 (a float no longer
-holds the count), :func:`score_attunement` calls the reference. ``tests/drift/test_kernel_attunement.py`` holds the two equal.
+holds the count), :func:`score_attunement` calls the reference.
+``tests/drift/test_kernel_attunement.py`` holds the two equal.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from numba.extending import get_cython_function_address
 from drift.attunement import (
     BINARY_FEATURES,
     CORE_FEATURES,
+    FLOOR_P,
+    VAR_FLOOR,
     AttunementTest,
     FeatureTest,
     look_share,
@@ -37,9 +40,7 @@ from drift.features import WindowStats
 from drift.kernel.jit import compiled
 from drift.model import DriftConfig
 
-_FLOOR_P = 1e-12
-_VAR_FLOOR = 1e-8
-_EXACT = 2 ** 53
+_EXACT = 2 ** 53  # from here a float no longer holds every integer
 
 
 def _special(name: str, args: int) -> Callable[..., float]:
@@ -93,7 +94,7 @@ def _comb(n: int, k: int) -> int:
     out = 1
     for i in range(1, k + 1):
         out = out * (n - k + i) // i
-        if out >= 9007199254740992:
+        if out >= _EXACT:
             return -1
     return out
 
@@ -119,9 +120,9 @@ def _fisher(a: int, row_a: int, b: int, row_b: int) -> float:
 
 
 @compiled("b1(f8[:, ::1], f8[:, ::1], f8[::1], i8, b1[:, ::1], f8, f8, f8[::1])")
-def _scores(current: npt.NDArray[np.float64], base: npt.NDArray[np.float64], pooled_m2: npt.NDArray[np.float64], pooled_df: int,
-            kinds: npt.NDArray[np.bool_], core_share: float, share: float, out: npt.NDArray[np.float64]
-            ) -> bool:
+def _scores(current: npt.NDArray[np.float64], base: npt.NDArray[np.float64],
+            pooled_m2: npt.NDArray[np.float64], pooled_df: int, kinds: npt.NDArray[np.bool_],
+            core_share: float, share: float, out: npt.NDArray[np.float64]) -> bool:
     """Fill ``out`` with, per feature, the delta, the p-value and the z score (three
     rows of the features), then the p-value and the adjusted one; False if a count is
     past exact floats. ``base`` holds a row per baseline session: its count, its recency
@@ -171,7 +172,7 @@ def _scores(current: npt.NDArray[np.float64], base: npt.NDArray[np.float64], poo
             m2 = pooled_m2[j] + _array_sum(sq)
             df = pooled_df + k - 1
             var = m2 / df
-            var = max(var, _VAR_FLOOR)
+            var = max(var, VAR_FLOOR)
             t = (cur_mean - mu_b) / math.sqrt(var * (1.0 / k + v_b))
             deltas[j] = t
             p_values[j] = 2.0 * _stdtr(float(df), -abs(t))
@@ -180,7 +181,7 @@ def _scores(current: npt.NDArray[np.float64], base: npt.NDArray[np.float64], poo
     n_core = 0
     for j in range(n_features):
         p = p_values[j]
-        p = max(p, _FLOOR_P)
+        p = max(p, FLOOR_P)
         zs[j] = -_ndtri(p / 2.0)
         if core[j]:
             chi_core += zs[j] ** 2
@@ -192,10 +193,10 @@ def _scores(current: npt.NDArray[np.float64], base: npt.NDArray[np.float64], poo
     if n_core and n_rest:
         p_value = min(p_value, _chdtrc(float(n_core), chi_core) / core_share)
         p_value = min(p_value, _chdtrc(float(n_rest), chi_rest) / (1.0 - core_share))
-    elif n_core:
-        p_value = min(p_value, _chdtrc(float(n_core), chi_core) / 1.0)
+    elif n_core:  # one group: its share is the whole budget
+        p_value = min(p_value, _chdtrc(float(n_core), chi_core))
     elif n_rest:
-        p_value = min(p_value, _chdtrc(float(n_rest), chi_rest) / 1.0)
+        p_value = min(p_value, _chdtrc(float(n_rest), chi_rest))
     p_value = min(1.0, p_value)
     out[3 * n_features] = p_value
     out[3 * n_features + 1] = min(1.0, p_value / share)

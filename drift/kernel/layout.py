@@ -2,8 +2,8 @@
 
 A user's slot is one row in each of three arrays: ``icols`` (int64: counts, flags,
 the guard's streak), ``fcols`` (float64: the clock, the open session's last event
-time, the expiry hint, the open session's start, then the turn log's window sums and row buffers) and
-``rings`` (uint64: the dedupe ring of event-id fingerprints). :class:`Geometry`
+time, the expiry hint, the open session's start, then the turn log's window sums and
+row buffers) and ``rings`` (uint64: the dedupe ring of event-id fingerprints). :class:`Geometry`
 holds the offsets a configuration gives the float row, and the two small arrays
 the kernel reads them from.
 """

@@ -11,9 +11,10 @@
   look, the early window and the late profile);
 
 It stops at the first event it cannot take and returns its index: any other event
-type, a turn of a session that is not open, a turn that reaches a checkpoint or the re-attunement turn, a turn by whose
-time an idle close or an expiry may be due, an ephemeral turn of a durable session,
-a row that would not fit, a slot the columns cannot hold. The caller hands that
+type, a turn of a session that is not open, a turn that reaches a checkpoint or the
+re-attunement turn, a turn by whose time an idle close or an expiry may be due, an
+ephemeral turn of a durable session, a memory-only user's event older than their open
+session, a row that would not fit, a slot the columns cannot hold. The caller hands that
 event to the reference fold and calls again from the next one, so every user's
 events are applied in log order. The arithmetic is the reference's, in its order
 (no fast-math), so the sums are equal to the last bit.

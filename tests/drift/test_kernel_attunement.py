@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from drift.attunement import AttunementTest, score_attunement_drift
 from drift.baseline import UserBaselines
 from drift.features import WindowStats
 from drift.fold import initial, step
-from drift.kernel.attunement import score_attunement
+from drift.kernel.attunement import _scores, score_attunement
 from drift.model import FEATURES, DriftConfig
 from tests.conftest import examples
 from tests.streams.golden import golden_events
@@ -85,9 +86,6 @@ def test_drawn_arguments_score_the_same(args: tuple[Any, ...]) -> None:
 def test_counts_past_exact_floats_are_left_to_the_reference() -> None:
     """A Fisher test over a baseline of thousands of turns: the compiled part refuses,
     and the reference's result is returned."""
-    import numpy as np
-
-    from drift.kernel.attunement import _scores
     feats = ("friction",)
     base = [(WindowStats(5000, [0.5], [1.0]), 1.0)]
     now = [(1.0,)] * 12
