@@ -91,7 +91,7 @@ def step(state: UserState, baselines: UserBaselines, event: FhrEvent, config: Dr
         return Step(state, baselines)
     ts = max(event.ts_s, state.clock_s)
     ctx = StepContext(event.event_id, event.session_id, ts, config, score)
-    swept = sweep(state, baselines, ts, config, ctx) if due(state, baselines, ts, config) \
+    swept = sweep(state, baselines, ts, config, ctx, score) if due(state, baselines, ts, config) \
         else None
     if swept is not None:
         state, baselines = swept.state, swept.baselines
@@ -236,14 +236,15 @@ def _idle_due(session: SessionState | None, now_s: float, config: DriftConfig) -
 
 
 def sweep(state: UserState, baselines: UserBaselines, now_s: float, config: DriftConfig,
-          cause: StepContext | None = None) -> Step:
+          cause: StepContext | None = None, score: AttunementScore = score_attunement_drift
+          ) -> Step:
     """What is due by event time ``now_s``: TTL expiry, then an idle session's close.
 
     Serves the event path (``cause`` is the event that noticed) and the timer
-    (``cause`` is None).
+    (``cause`` is None); ``score`` is as for :func:`step`.
     """
     state, baselines, commands = expire(state, baselines, now_s, config, cause)
-    closed = close_idle(state, baselines, now_s, config)
+    closed = close_idle(state, baselines, now_s, config, score)
     if closed.state.memory_only and closed.state.session is None \
             and closed.state != initial(state.user_id):
         closed = _unseen(closed)
@@ -252,8 +253,8 @@ def sweep(state: UserState, baselines: UserBaselines, now_s: float, config: Drif
     return Step(closed.state, closed.baselines, Effects(writes=commands) + closed.effects)
 
 
-def close_idle(state: UserState, baselines: UserBaselines, now_s: float, config: DriftConfig
-               ) -> Step:
+def close_idle(state: UserState, baselines: UserBaselines, now_s: float, config: DriftConfig,
+               score: AttunementScore = score_attunement_drift) -> Step:
     """Close the open session as ``idle_timeout`` if it has had no event for the idle timeout.
 
     The close happens at event time ``last event + idle timeout``, so a replay closes
@@ -275,7 +276,7 @@ def close_idle(state: UserState, baselines: UserBaselines, now_s: float, config:
         return Step(state, baselines)
     at = session.last_s + config.idle_timeout_s
     ctx = StepContext(derive_id("idle", state.user_id, session.session_id), session.session_id,
-                      at, config)
+                      at, config, score)
     return end_session(state, baselines, ctx, "idle_timeout")
 
 

@@ -33,7 +33,8 @@ from collections.abc import Callable, Iterable, Sequence
 from baselines.store import BaselineStore, BatchWrite
 from drift.baseline import UserBaselines
 from drift.erasure import expiry_due, operator_erase, receipt
-from drift.fold import Step, due, initial, may_erase, step, summarize, sweep
+from drift.fold import Step, due, may_erase, step, summarize, sweep
+from drift.kernel.attunement import score_attunement
 from drift.model import (
     DriftConfig,
     FhrEvent,
@@ -49,15 +50,15 @@ from drift.outputs import (
 from drift.state import UserState
 from streams import topics
 from streams.codec import decode_record
+from streams.memory import Memory
 from streams.meter import Meter
 from streams.metrics import Metrics
+from streams.rebuild import Rebuild
 from streams.records import InputRecord, OutMessage, PendingBatch, dead_letter
 from streams.rejection import Rejection
 from streams.wire import DeadLetter, encode
 
 log = logging.getLogger("continuity_drift.engine")
-
-NO_BASELINES = UserBaselines()
 
 
 def _processing_error(exc: Exception, event_id: str | None, record: InputRecord) -> Rejection:
@@ -82,28 +83,13 @@ class Engine:
         self.clock = clock
         self.partitions: set[int] = set()
         self.next_offsets: dict[int, int] = {}
-        self.states: dict[str, UserState] = {}
-        self.baselines: dict[str, UserBaselines] = {}
-        self.user_partition: dict[str, int] = {}
-        self.stored: set[str] = set()
-        """Users with a stored state: only theirs is dropped when it stops being persistable,
-        so a user who never had one is never named in the store or the changelog."""
-        self.as_of: dict[str, int] = {}
-        """The offset of its partition that each stored state reflects the log up to."""
-        self.memory_since: dict[str, int] = {}
-        """Users whose state in memory is not the stored one (memory-only users in a session,
-        durable users in an ephemeral one): the offset replaying them from rebuilds it."""
-        self.replaying: dict[int, int] = {}
-        """Partitions being replayed after a restore: the next offset to replay, below the
-        partition's next offset (records there rebuild memory-only users, silently)."""
-        self._rewound: dict[int, int] = {}
-        """Per partition, the replay offset the shell was last asked to seek back to."""
         self.watermarks: dict[int, float] = {}
         """The newest event time seen on each partition (what a tick starts from)."""
         self.seen_at: dict[int, float] = {}
         """When (wall clock) each partition's last record was processed."""
-        self.pending = BatchWrite(topic=topics.INPUT)
         self.meter = Meter(metrics)
+        self.memory = Memory(self.meter)
+        self.rebuild = Rebuild(self.memory, self.next_offsets, config, app_id)
 
     # ------------------------------------------------------------------ partitions
 
@@ -117,15 +103,10 @@ class Engine:
         now = self.clock()
         for p in sorted(new):
             states = self.store.load_states([p])
-            baselines = self.store.load_baselines([p])
-            self.states.update(states)
-            self.stored.update(states)
-            self.as_of.update(self.store.state_offsets([p]))
-            self.baselines.update(baselines)
-            self.user_partition.update({u: p for u in (*states, *baselines)})
+            self.memory.load(p, states, self.store.load_baselines([p]),
+                             self.store.state_offsets([p]))
             self.next_offsets[p] = offsets.get(p, 0)
-            if replay.get(p, self.next_offsets[p]) < self.next_offsets[p]:
-                self.replaying[p] = replay[p]
+            self.rebuild.start(p, replay.get(p))
             self.watermarks[p] = max((s.clock_s for s in states.values()), default=0.0)
             self.seen_at[p] = now
         self.partitions |= new
@@ -135,17 +116,10 @@ class Engine:
         gone = set(partitions) & self.partitions
         if not gone:
             return
-        users = [u for u, p in self.user_partition.items() if p in gone]
-        for u in users:
-            self.states.pop(u, None)
-            self.baselines.pop(u, None)
-            self.user_partition.pop(u, None)
-            self.stored.discard(u)
-            self.as_of.pop(u, None)
-            self.memory_since.pop(u, None)
+        self.memory.forget(gone)
+        self.rebuild.forget(gone)
         for p in gone:
             self.next_offsets.pop(p, None)
-            self.replaying.pop(p, None)
             self.watermarks.pop(p, None)
             self.seen_at.pop(p, None)
         self.partitions -= gone
@@ -153,7 +127,7 @@ class Engine:
 
     def fetch_from(self, partition: int) -> int:
         """The offset to read ``partition`` from: the replay's, if one is under way."""
-        return self.replaying.get(partition, self.next_offsets.get(partition, 0))
+        return self.rebuild.fetch_from(partition)
 
     # ------------------------------------------------------------------ batches
 
@@ -184,16 +158,17 @@ class Engine:
         touched: dict[str, int] = {}
         self.meter.observe_value(self.metrics.batch_size, len(records))
         now = self.clock()
+        memory, replaying = self.memory, self.rebuild.replaying
         for index, (record, item) in enumerate(
                 zip(records, decoded or self.decode(records), strict=True)):
-            if record.partition in self.replaying:
-                self._replay_in_order(record, item, batch)
+            if record.partition in replaying:
+                self.rebuild.take(record, item, batch)
                 continue
             if record.offset < self.next_offsets.get(record.partition, 0):
                 continue
             if isinstance(item, FhrEvent):
-                state = self.states.get(item.user_id) or initial(item.user_id)
-                baselines = self.baselines.get(item.user_id, NO_BASELINES)
+                state = memory.state(item.user_id)
+                baselines = memory.baselines_of(item.user_id)
                 if stop_before_erasure and self._may_erase(state, baselines, item):
                     batch.stopped_at = index
                     break
@@ -202,7 +177,7 @@ class Engine:
                 batch.stopped_at = index
                 break
             self.next_offsets[record.partition] = record.offset + 1
-            self.pending.offsets[record.partition] = record.offset + 1
+            memory.pending.offsets[record.partition] = record.offset + 1
             self.seen_at[record.partition] = now
             if isinstance(item, Tick):
                 if item.app_id == self.app_id:
@@ -210,7 +185,7 @@ class Engine:
                 continue
             if isinstance(item, FhrEvent):
                 try:
-                    result = step(state, baselines, item, self.config)
+                    result = step(state, baselines, item, self.config, score_attunement)
                 except Exception as exc:  # noqa: BLE001 - the fold is pure: state unchanged
                     item = _processing_error(exc, item.event_id, record)
                 else:
@@ -237,111 +212,20 @@ class Engine:
         self.meter.event(event)
         self.meter.lags.append(max(0.0, now - event.ts_s))
         user_id, partition = event.user_id, record.partition
-        self.user_partition[user_id] = partition
+        self.memory.user_partition[user_id] = partition
         if event.ts_s > self.watermarks.get(partition, 0.0):
             self.watermarks[partition] = event.ts_s
         if result.effects.duplicate:
             return False
         self._apply(result, partition, batch)
-        self._track(before, result.state, partition, record.offset)
+        self.memory.track(before, result.state, partition, record.offset)
         touched[user_id] = partition
         return bool(result.effects.outputs)
-
-    def _track(self, before: UserState, state: UserState, partition: int, offset: int,
-               silent: bool = False) -> None:
-        """Keep :attr:`memory_since` after the record at ``offset`` moved a user from
-        ``before`` to ``state``, and forget a memory-only user outside a session (the
-        fold made them a user never seen). A durable user who opens an ephemeral session
-        keeps the stored state from before it, staged here as of this record; the
-        baseline versions folded meanwhile (the close of a durable session that the
-        ephemeral one's start superseded) are staged when the user may be stored again."""
-        user_id = state.user_id
-        if state.persistable:
-            if not (silent or before.persistable or before.memory_only):
-                self._stage_held(user_id, partition)
-            self.memory_since.pop(user_id, None)
-        elif state.memory_only:
-            if state.session is None:
-                self.states.pop(user_id, None)
-                self.baselines.pop(user_id, None)
-                self.memory_since.pop(user_id, None)
-            else:
-                self.memory_since.setdefault(user_id, offset)
-        else:
-            if before.persistable and not silent:
-                self.pending.stage_state(user_id, partition, before, offset)
-                self.stored.add(user_id)
-                self.as_of[user_id] = offset
-            self.memory_since.setdefault(user_id, self.as_of.get(user_id, offset))
-
-    def _stage_held(self, user_id: str, partition: int) -> None:
-        """Stage a user's current baseline versions, which may not be stored yet: the
-        stored state they follow from was held back from before an ephemeral session, and
-        storing them with it would fold the superseded session twice on a replay. Versions
-        are keyed by id, so one stored already is written again to no effect."""
-        current = self.baselines.get(user_id, NO_BASELINES)
-        for baseline in (current.attunement, current.semantic, current.safety):
-            if baseline is not None and (partition, baseline) not in self.pending.baselines:
-                self.pending.baselines.append((partition, baseline))
-                self.meter.count(self.metrics.baseline_versions, baseline.meta.kind.value)
-
-    def _replay_in_order(self, record: InputRecord, item: FhrEvent | Tick | Rejection,
-                         batch: PendingBatch) -> None:
-        """A record of a partition under replay: replayed if it is the next one, skipped if
-        replayed already; a later one means the consumer skipped part of the replay (it
-        fetched from the group's offset before the seek took), so the batch asks the shell
-        to seek back, once. A second time at the same offset is a gap in the log (a
-        transaction marker takes an offset), and the replay goes on past it."""
-        p, at = record.partition, self.replaying[record.partition]
-        if record.offset < at or p in batch.rewind:
-            return
-        if record.offset > at and self._rewound.get(p) != at:
-            self._rewound[p] = batch.rewind[p] = at
-            log.info("replay resumed from its start after records from a later offset",
-                     extra={"partitions": [p], "offset": at})
-            return
-        self._replay(record, item)
-
-    def _replay(self, record: InputRecord, item: FhrEvent | Tick | Rejection) -> None:
-        """A record below the stored next offset, read again after a restore: applied in
-        memory only, to the users the store does not hold as of it (memory-only users and
-        durable users in an ephemeral session), with no effect carried out: its outputs
-        were published and its writes stored before the checkpoint."""
-        p, offset = record.partition, record.offset
-        if offset + 1 >= self.next_offsets.get(p, 0):
-            self.replaying.pop(p, None)
-        else:
-            self.replaying[p] = offset + 1
-        if isinstance(item, Tick):
-            if item.app_id != self.app_id:
-                return
-            for user_id in self._users_of(p):
-                if self.as_of.get(user_id, -1) <= offset:
-                    state = self.states[user_id]
-                    result = sweep(state, self.baselines.get(user_id, NO_BASELINES),
-                                   item.ts_s, self.config)
-                    self._keep(state, result, p, offset)
-        elif isinstance(item, FhrEvent) and self.as_of.get(item.user_id, -1) <= offset:
-            state = self.states.get(item.user_id) or initial(item.user_id)
-            try:
-                result = step(state, self.baselines.get(item.user_id, NO_BASELINES), item,
-                              self.config)
-            except Exception:  # noqa: BLE001 - dead-lettered when it was first processed
-                return
-            if not result.effects.duplicate:
-                self.user_partition[item.user_id] = p
-                self._keep(state, result, p, offset)
-
-    def _keep(self, before: UserState, result: Step, partition: int, offset: int) -> None:
-        self.states[before.user_id] = result.state
-        self.baselines[before.user_id] = result.baselines
-        self._track(before, result.state, partition, offset, silent=True)
 
     def _apply(self, result: Step, partition: int, batch: PendingBatch) -> None:
         """Keep a step's state and carry out its effects: store writes, then messages."""
         state = result.state
-        self.states[state.user_id] = state
-        self.baselines[state.user_id] = result.baselines
+        self.memory.put(result)
         effects = result.effects
         if effects.empty:
             return
@@ -349,13 +233,13 @@ class Engine:
             if isinstance(write, ErasureCommand):
                 self._erase(write, partition, batch)
             elif state.persistable:
-                self.pending.baselines.append((partition, write))
+                self.memory.pending.baselines.append((partition, write))
                 self.meter.count(self.metrics.baseline_versions, write.meta.kind.value)
         for out in effects.outputs:
             self.meter.output(out)
             self._publish(batch, out, partition)
         if not state.memory_only:  # a durable session's summary, even closed by an ephemeral
-            self.pending.sessions.extend((partition, s) for s in effects.sessions)
+            self.memory.pending.sessions.extend((partition, s) for s in effects.sessions)
 
     def _erase(self, command: ErasureCommand, partition: int, batch: PendingBatch
                ) -> ErasureReceipt:
@@ -376,10 +260,11 @@ class Engine:
         Writing them early is safe: versions are immutable and keyed by id, so a
         replay after a crash writes the same rows again.
         """
-        mine = [(p, b) for p, b in self.pending.baselines if b.meta.user_id == user_id]
+        pending = self.memory.pending
+        mine = [(p, b) for p, b in pending.baselines if b.meta.user_id == user_id]
         if mine:
-            self.pending.baselines = [(p, b) for p, b in self.pending.baselines
-                                      if b.meta.user_id != user_id]
+            pending.baselines = [(p, b) for p, b in pending.baselines
+                                 if b.meta.user_id != user_id]
             self.store.commit_batch(BatchWrite(topic=topics.INPUT, baselines=mine))
 
     def _publish(self, batch: PendingBatch, out: Output, partition: int) -> None:
@@ -402,7 +287,7 @@ class Engine:
         batch = PendingBatch()
         if last_offset < self.next_offsets.get(partition, 0):
             return batch
-        self.next_offsets[partition] = self.pending.offsets[partition] = last_offset + 1
+        self.next_offsets[partition] = self.memory.pending.offsets[partition] = last_offset + 1
         self.meter.count(self.metrics.rejections, reason)
         self.meter.count(self.metrics.unreadable_batches, reason)
         log.warning("a record batch could not be read; dead-lettered and skipped",
@@ -417,25 +302,12 @@ class Engine:
 
     def _stage_states(self, batch: PendingBatch, touched: dict[str, int]) -> None:
         for user_id, partition in touched.items():
-            self._stage(user_id, partition, self.states.get(user_id) or initial(user_id))
-
-    def _stage(self, user_id: str, partition: int, state: UserState) -> None:
-        """Stage a user's state as of the partition's next offset; a memory-only user's
-        stored state goes (a durable user in an ephemeral session keeps theirs)."""
-        if state.persistable:
-            as_of = self.next_offsets.get(partition, 0)
-            self.pending.stage_state(user_id, partition, state, as_of)
-            self.stored.add(user_id)
-            self.as_of[user_id] = as_of
-        elif state.memory_only and user_id in self.stored:
-            self.pending.stage_state(user_id, partition, None)
-            self.stored.discard(user_id)
-            self.as_of.pop(user_id, None)
+            self.memory.stage(user_id, partition, self.next_offsets.get(partition, 0))
 
     def refresh_gauges(self) -> None:
         """Set the gauges of open sessions and holds: a walk over every user, so the shell
         calls it per checkpoint, not per batch."""
-        self.meter.gauges(self.states.values())
+        self.meter.gauges(self.memory.states.values())
 
     # ------------------------------------------------------------------ event time
 
@@ -446,10 +318,6 @@ class Engine:
         now = float(self.clock())
         return self.watermarks.get(partition, 0.0) + max(
             0.0, now - self.seen_at.get(partition, now))
-
-    def _users_of(self, partition: int) -> list[str]:
-        return sorted(u for u, p in self.user_partition.items()
-                      if p == partition and u in self.states)
 
     def ticks_due(self, quiet_after_s: float, lateness_s: float
                   ) -> dict[int, tuple[float, bool]]:
@@ -464,11 +332,12 @@ class Engine:
         A partition under replay gets none."""
         now = float(self.clock())
         out: dict[int, tuple[float, bool]] = {}
-        for p in sorted(self.partitions - set(self.replaying)):
+        memory = self.memory
+        for p in sorted(self.partitions - set(self.rebuild.replaying)):
             quiet = now - self.seen_at.get(p, now) >= quiet_after_s
             ts = self.quiet_time(p) if quiet else self.watermarks.get(p, 0.0) - lateness_s
-            if any(due(self.states[u], self.baselines.get(u, NO_BASELINES), ts, self.config)
-                   for u in self._users_of(p)):
+            if any(due(memory.states[u], memory.baselines_of(u), ts, self.config)
+                   for u in memory.users_of(p)):
                 out[p] = (ts, quiet)
         return out
 
@@ -476,21 +345,24 @@ class Engine:
         """Whether a tick at ``ts_s`` on ``partition`` erases a baseline past its TTL: the
         shell then lets the checkpoint in flight land first, so the erasure finds its
         versions."""
-        return any(expiry_due(self.states[u], self.baselines.get(u, NO_BASELINES), ts_s,
-                              self.config) for u in self._users_of(partition))
+        memory = self.memory
+        return any(expiry_due(memory.states[u], memory.baselines_of(u), ts_s, self.config)
+                   for u in memory.users_of(partition))
 
     def _tick(self, partition: int, offset: int, ts_s: float, batch: PendingBatch,
               touched: dict[str, int]) -> None:
         """Every user of ``partition`` swept at ``ts_s``, in the order of their ids
         (:meth:`drift.replay.MemoryReplay.tick` is the same)."""
         self.meter.count(self.metrics.ticks)
-        for user_id in self._users_of(partition):
-            state = self.states[user_id]
-            result = sweep(state, self.baselines.get(user_id, NO_BASELINES), ts_s, self.config)
+        memory = self.memory
+        for user_id in memory.users_of(partition):
+            state = memory.states[user_id]
+            result = sweep(state, memory.baselines_of(user_id), ts_s, self.config,
+                           score=score_attunement)
             if result.effects.empty and result.state is state:
                 continue
             self._apply(result, partition, batch)
-            self._track(state, result.state, partition, offset)
+            memory.track(state, result.state, partition, offset)
             touched[user_id] = partition
 
     # ------------------------------------------------------------------ review API
@@ -498,33 +370,28 @@ class Engine:
     def erase_user(self, user_id: str, request_id: str) -> tuple[PendingBatch, ErasureReceipt]:
         """An operator's erase request for every baseline kind; returns the batch and receipt."""
         batch = PendingBatch()
-        partition = self.user_partition.get(user_id, -1)
-        known = user_id in self.states
+        memory = self.memory
+        partition = memory.user_partition.get(user_id, -1)
+        known = user_id in memory.states
         state, baselines, command = operator_erase(
-            self.states.get(user_id) or initial(user_id),
-            self.baselines.get(user_id, NO_BASELINES), request_id, self.config)
+            memory.state(user_id), memory.baselines_of(user_id), request_id, self.config)
         done = self._erase(command, partition, batch)
         self.meter.flush()
         if known:
-            self.baselines[user_id] = baselines
-            self.states[user_id] = state
+            memory.put(Step(state, baselines))
             if partition >= 0:
-                self._stage(user_id, partition, state)
+                memory.stage(user_id, partition, self.next_offsets.get(partition, 0))
         return batch, done
 
     def take_checkpoint(self) -> BatchWrite:
         """Everything changed since the last checkpoint, for one transaction; starts anew."""
-        write, self.pending = self.pending, BatchWrite(topic=topics.INPUT)
-        for user_id, since in self.memory_since.items():
-            p = self.user_partition.get(user_id, -1)
-            if p in write.offsets:
-                write.replay_from[p] = min(since, write.replay_from.get(p, since))
+        write = self.memory.take()
         self.refresh_gauges()
         return write
 
     def open_session(self, user_id: str, session_id: str) -> SessionSummary | None:
         """The review API's view of a session that is still open (it is stored when it ends)."""
-        state = self.states.get(user_id)
+        state = self.memory.states.get(user_id)
         if state is None or not state.persistable:
             return None
         session = state.open_session(session_id)

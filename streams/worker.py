@@ -5,9 +5,9 @@ its messages and await their acks, and every ``checkpoint_interval_s`` commit th
 engine's checkpoint to DuckDB in one transaction, then the consumer group's offsets.
 The stored offsets are the truth; the group commit only follows them. A
 checkpoint is also taken when partitions are revoked, after an erasure (then the
-database file is rewritten), and on shutdown. Any failure while processing,
-publishing or checkpointing ends the process at once (exit 70), before anything
-is checkpointed: a restart replays from the last checkpoint and re-publishes
+database file is rewritten), and on shutdown (:mod:`streams.checkpoints`). Any failure
+while processing, publishing or checkpointing ends the process at once (exit 70), before
+anything is checkpointed: a restart replays from the last checkpoint and re-publishes
 the same ids.
 """
 
@@ -16,13 +16,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
 import signal
 import struct
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -30,25 +29,24 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from prometheus_client import CollectorRegistry
 
-from baselines.store import BaselineStore, BatchWrite, Retention
+from baselines.store import BaselineStore, Retention
 from drift.model import Tick
 from drift.outputs import ErasureReceipt, SessionSummary
 from streams import topics
 from streams.batches import FETCH_BYTES, fetch_raw, read_batches
 from streams.broker_watch import BROKER_FAULTS, BrokerWatch
 from streams.changelog import Changelog
+from streams.checkpoints import Checkpoints, exit_for_replay
 from streams.engine import Engine
 from streams.http import make_app
 from streams.metrics import Metrics, build_metrics
 from streams.owners import Owners, partition_of
-from streams.publish import Publisher, Sent
-from streams.records import InputRecord, PendingBatch
+from streams.publish import Publisher
+from streams.records import InputRecord
 from streams.settings import Settings
 from streams.tick import TICK_KEY, encode_tick
 
 log = logging.getLogger("continuity_drift.worker")
-
-EXIT_REPLAY = 70
 
 #: What ``getmany`` raises when a record batch of the input cannot be read (a CRC mismatch,
 #: a codec it lacks, bytes that do not decompress or parse): the worker then reads its
@@ -64,14 +62,6 @@ UNREADABLE = (CorruptRecordException, UnsupportedCodecError, ValueError, struct.
 GC_THRESHOLDS = (50_000, 10, 10)
 
 T = TypeVar("T")
-
-
-def _exit_for_replay(what: str) -> NoReturn:
-    """End the process at once, before a checkpoint can cover the failed work."""
-    log.exception("%s; exiting so that the work since the last checkpoint is replayed on "
-                  "restart", what)
-    logging.shutdown()
-    os._exit(EXIT_REPLAY)
 
 
 def _log_failed_tick(ack: asyncio.Future[Any]) -> None:
@@ -109,11 +99,8 @@ class Worker:
         self.stopping = asyncio.Event()
         self.processing = False
         self.restoring = False
-        self._erased: set[int] = set()
-        self._since_checkpoint = 0
-        self._last_checkpoint = time.monotonic()
         self._last_tick = time.monotonic()
-        self._inflight: asyncio.Task[None] | None = None
+        self.checkpoints: Checkpoints | None = None
         self.publisher: Publisher | None = None
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
@@ -159,6 +146,9 @@ class Worker:
             await self.owners.start(self.changelog.replication)
             self.publisher = Publisher(self.producer, self.metrics, self.broker)
             self.input_partitions = await self.publisher.learn_partitions()
+            self.checkpoints = Checkpoints(self.engine, self.store, self.changelog,
+                                           self.publisher, self.consumer, self.metrics,
+                                           self.broker)
             await self.consumer.start()
             self.consumer.subscribe([topics.INPUT], listener=_Rebalance(self))
             probe = asyncio.create_task(self.broker.watch(self.producer))
@@ -167,7 +157,7 @@ class Worker:
             finally:
                 probe.cancel()
             async with self.lock:
-                await self._checkpoint()
+                await self.checkpoints.take()
             return 0
         finally:
             await self.consumer.stop()
@@ -199,29 +189,28 @@ class Worker:
             self.processing = True
 
     async def _step(self, records: Sequence[InputRecord]) -> None:
-        consumer = self.consumer
-        assert consumer is not None
+        consumer, checkpoints = self.consumer, self.checkpoints
+        assert consumer is not None and checkpoints is not None
         if records:
-            self._since_checkpoint += len(records)
+            checkpoints.records += len(records)
             decoded = self.engine.decode(records)
             while True:
                 batch = self.engine.process(records, decoded,
-                                            stop_before_erasure=self._inflight is not None)
+                                            stop_before_erasure=checkpoints.in_flight)
                 for p, offset in batch.rewind.items():
                     consumer.seek(TopicPartition(topics.INPUT, p), offset)
-                await self._publish(batch)
+                await checkpoints.publish(batch)
                 if batch.stopped_at is None:
                     break
-                await self._settle()  # the next record may erase: it must find the versions
+                await checkpoints.settle()  # the next record may erase: it must find it all
                 records, decoded = records[batch.stopped_at:], decoded[batch.stopped_at:]
         clock = time.monotonic()
         if clock - self._last_tick >= self.settings.timer_interval_s:
             self._last_tick = clock
             await self._write_ticks()
             self._update_lag()
-        due = clock - self._last_checkpoint >= self.settings.checkpoint_interval_s
-        if self._erased or (due and (self._inflight is None or self._inflight.done())):
-            await self._checkpoint(wait=False)  # due while one is in flight: when it lands
+        if checkpoints.due(self.settings.checkpoint_interval_s):
+            await checkpoints.take(wait=False)
 
     async def _write_ticks(self) -> None:
         """A tick record into each owned partition with something due by its event time
@@ -273,8 +262,8 @@ class Worker:
             found = True
             await self._step(walked.records)
             bad = walked.unreadable
-            await self._publish(self.engine.unreadable(p, bad.first_offset, bad.last_offset,
-                                                       bad.fault.value))
+            await self._checkpoints().publish(self.engine.unreadable(
+                p, bad.first_offset, bad.last_offset, bad.fault.value))
         for p in self.engine.partitions:
             consumer.seek(TopicPartition(topics.INPUT, p), self.engine.fetch_from(p))
         if not found:
@@ -284,84 +273,12 @@ class Worker:
         """Run ``work``; on any failure exit before a checkpoint can cover it."""
         try:
             return await work
-        except Exception:  # noqa: BLE001 - logged and ended in _exit_for_replay
-            _exit_for_replay("processing failed")
+        except Exception:  # noqa: BLE001 - logged and ended in exit_for_replay
+            exit_for_replay("processing failed")
 
-    # ------------------------------------------------------------------ publish, checkpoint
-
-    async def _publish(self, batch: PendingBatch) -> None:
-        """Hand a batch's messages to the producer and go on (:class:`Publisher`)."""
-        self._erased |= batch.erased
-        publisher = self.publisher
-        assert publisher is not None
-        await publisher.publish(batch)
-
-    async def _checkpoint(self, wait: bool = True) -> None:
-        """One transaction with everything since the last checkpoint, then the group offsets.
-
-        Checkpoints commit in order, one at a time. Unless ``wait`` (revoke, shutdown, the
-        review API) or an erasure asks for it at once, the write runs in the background
-        while the loop goes on with the next batches.
-        """
-        await self._settle()
-        write = self.engine.take_checkpoint()
-        erased, self._erased = self._erased, set()
-        records, self._since_checkpoint = self._since_checkpoint, 0
-        sent = self.publisher.take_unacked() if self.publisher is not None else []
-        self._last_checkpoint = time.monotonic()
-        task = asyncio.create_task(self._commit(write, erased, records, sent))
-        if wait or erased:
-            await task
-        else:
-            self._inflight = task
-
-    async def _settle(self) -> None:
-        """Wait for the checkpoint in flight, if any."""
-        task, self._inflight = self._inflight, None
-        if task is not None:
-            await task
-
-    async def _commit(self, write: BatchWrite, erased: set[int], records: int, sent: Sent
-                      ) -> None:
-        """The acks of the outputs it covers, then the changelog, then DuckDB, then the
-        group: each is at least as new as the next.
-
-        A partition with an erasure writes no delta: after DuckDB's commit it rolls to
-        a new generation, whose snapshot carries the erasure, and the old one is
-        deleted. Until then its changelog ends before the erasure's offset, so a
-        crash in between replays the erasure instead of restoring erased values.
-        """
-        started = time.monotonic()
-        store, changelog = self.store, self.changelog
-        assert changelog is not None
-        try:
-            if self.publisher is not None:
-                await self.publisher.acked(sent)
-            rows = await asyncio.to_thread(store.rows_of, write)
-            deltas = {p: r for p, r in rows.by_partition(write.dropped_states).items()
-                      if p not in erased}
-            self.metrics.changelog_bytes.inc(await self._until_done(
-                "writing the changelog", lambda: changelog.append(deltas)))
-            await asyncio.to_thread(store.apply_rows, rows)
-            owned = self.engine.partitions
-            for p in sorted((erased | set(changelog.due())) & owned):
-                self.metrics.changelog_bytes.inc(await self._until_done(
-                    "rolling the changelog", partial(changelog.roll, p, store)))
-            if erased:
-                await asyncio.to_thread(store.compact)
-            consumer = self.consumer
-            offsets = {TopicPartition(topics.INPUT, p): o for p, o in write.offsets.items()
-                       if p in owned}
-            if offsets and consumer is not None:
-                try:
-                    await consumer.commit(offsets)
-                except BROKER_FAULTS as exc:  # the stored offsets are the truth; next time
-                    log.warning("group offsets not committed; the next checkpoint will",
-                                extra={"error_type": type(exc).__name__})
-        except Exception:  # noqa: BLE001 - logged and ended in _exit_for_replay
-            _exit_for_replay("checkpoint failed")
-        self.metrics.checkpoint_seconds.observe(time.monotonic() - started)
-        self.metrics.checkpoint_records.observe(records)
+    def _checkpoints(self) -> Checkpoints:
+        assert self.checkpoints is not None, "the worker is running"
+        return self.checkpoints
 
     # ------------------------------------------------------------------ partitions
 
@@ -406,7 +323,7 @@ class Worker:
         (except on shutdown: a stopped worker's file keeps them for ``report`` until it
         starts again and drops what it no longer owns)."""
         async with self.lock:
-            await self._guarded(self._checkpoint())
+            await self._guarded(self._checkpoints().take())
             self.engine.revoke(partitions)
             changelog = self.changelog
             assert changelog is not None
@@ -451,7 +368,7 @@ class Worker:
     def owner_of(self, user_id: str) -> str | None:
         """None when this worker answers for ``user_id``; else the owner's address, or ""
         while the user's partition has no owner (it is moving)."""
-        partition = self.engine.user_partition.get(user_id)
+        partition = self.engine.memory.user_partition.get(user_id)
         if partition is None and self.input_partitions:
             partition = partition_of(user_id, self.input_partitions)
         if partition is None or partition in self.engine.partitions:
@@ -464,8 +381,9 @@ class Worker:
 
     async def erase_user(self, user_id: str, request_id: str) -> ErasureReceipt:
         async with self.lock:
-            await self._guarded(self._settle())
+            checkpoints = self._checkpoints()
+            await self._guarded(checkpoints.settle())
             batch, receipt = self.engine.erase_user(user_id, request_id)
-            await self._guarded(self._publish(batch))
-            await self._guarded(self._checkpoint())
+            await self._guarded(checkpoints.publish(batch))
+            await self._guarded(checkpoints.take())
         return receipt

@@ -14,6 +14,7 @@ holds the count), :func:`score_attunement` calls the reference.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -43,18 +44,37 @@ from drift.model import DriftConfig
 _EXACT = 2 ** 53  # from here a float no longer holds every integer
 
 
-def _special(name: str, args: int) -> Callable[..., float]:
-    """A SciPy special function, callable from compiled code by a symbol of its own (so
-    the compiled code refers to it by name, and numba's disk cache stays usable)."""
+def _external(name: str, address: int, args: int) -> Callable[..., float]:
+    """The C function at ``address``, callable from compiled code by a symbol of its own
+    (so the compiled code refers to it by name, numba's disk cache stays usable, and LLVM
+    does not take it for a function it knows and rewrite it)."""
     symbol = f"continuity_drift_{name}"
-    llvm.add_symbol(symbol, get_cython_function_address("scipy.special.cython_special", name))
+    llvm.add_symbol(symbol, address)
     return cast(Callable[..., float],
                 types.ExternalFunction(symbol, types.float64(*([types.float64] * args))))
+
+
+def _special(name: str, args: int) -> Callable[..., float]:
+    """A SciPy special function by its C entry point."""
+    return _external(name, get_cython_function_address("scipy.special.cython_special", name),
+                     args)
+
+
+def _libm(name: str, args: int) -> Callable[..., float]:
+    """A function of the C library this process runs with (the one Python calls)."""
+    address = ctypes.cast(getattr(ctypes.CDLL(None), name), ctypes.c_void_p).value
+    if address is None:
+        raise ImportError(f"the C library has no {name}")
+    return _external(name, address, args)
 
 
 _stdtr = _special("__pyx_fuse_0stdtr", 2)  # the (double, double) variant
 _ndtri = _special("ndtri", 1)
 _chdtrc = _special("chdtrc", 2)
+#: Python's ``z ** 2`` is C's ``pow(z, 2.0)``, which is not ``z * z`` for about one float
+#: in a thousand (it is not correctly rounded there); numba and LLVM would compile either
+#: spelling to ``z * z``, so the reference's squares come from pow itself.
+_pow = _libm("pow", 2)
 
 
 @compiled("f8(f8[::1])")
@@ -184,10 +204,10 @@ def _scores(current: npt.NDArray[np.float64], base: npt.NDArray[np.float64],
         p = max(p, FLOOR_P)
         zs[j] = -_ndtri(p / 2.0)
         if core[j]:
-            chi_core += zs[j] ** 2
+            chi_core += _pow(zs[j], 2.0)
             n_core += 1
         else:
-            chi_rest += zs[j] ** 2
+            chi_rest += _pow(zs[j], 2.0)
     n_rest = n_features - n_core
     p_value = 1.0
     if n_core and n_rest:

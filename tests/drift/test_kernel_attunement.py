@@ -20,7 +20,8 @@ from drift.attunement import AttunementTest, score_attunement_drift
 from drift.baseline import UserBaselines
 from drift.features import WindowStats
 from drift.fold import initial, step
-from drift.kernel.attunement import _scores, score_attunement
+from drift.kernel.attunement import _pow, _scores, score_attunement
+from drift.kernel.jit import compiled
 from drift.model import FEATURES, DriftConfig
 from tests.conftest import examples
 from tests.streams.golden import golden_events
@@ -94,3 +95,46 @@ def test_counts_past_exact_floats_are_left_to_the_reference() -> None:
     assert not refused
     args = (now, feats, base, ((1.0,), 10), 1, 0, DriftConfig())
     assert score_attunement(*args) == score_attunement_drift(*args)
+
+
+def test_squares_are_pythons_even_where_pow_is_not_correctly_rounded() -> None:
+    """Python's ``z ** 2`` is C's pow, which differs from ``z * z`` by an ulp for about one
+    z in a thousand; the compiled part squares with the same pow."""
+    square = compiled("f8(f8)", cache=False)(lambda z: _pow(z, 2.0))
+    zs = np.random.default_rng(7).uniform(0.0, 6.0, 20_000).tolist()
+    assert any(z ** 2 != z * z for z in zs), "the draw holds squares pow rounds otherwise"
+    assert [square(z) for z in zs] == [z ** 2 for z in zs]
+
+
+def test_a_checkpoint_whose_z_squared_is_not_z_times_z_scores_the_same() -> None:
+    """Found by the move test (seed 57817): trust's z of 2.9435663567401926, whose
+    ``z ** 2`` is one ulp above ``z * z``, gave a drift score one ulp apart."""
+    feats = ("trust", "resonance_depth", "valence", "friction", "user_tokens", "latency_ms")
+    now = [[0.6865980032454236, 0.5104484292089618, 0.2506760886503802, 0.0,
+            3.58351893845611, 6.776673917493628],
+           [0.6891531125267176, 0.5424361616719815, 0.28009360215605184, 0.0,
+            3.6888794541139363, 6.881577815916254],
+           [0.6467966941293861, 0.5739015978254649, 0.21095713794657464, 1.0,
+            3.6375861597263857, 6.883420274620137],
+           [0.6770208886930915, 0.447879800529132, 0.14976708260490368, 0.0,
+            3.6109179126442243, 6.768288983540345],
+           [0.6668458950792188, 0.435801153368134, 0.4735810889034164, 0.0,
+            3.8712010109078907, 6.7027392928232]]
+    base = [(WindowStats(5, [0.6105363238666875, 0.5057494944782155, 0.1727463400003361, 0.4,
+                             3.7036887825435514, 6.7234857800233145],
+                         [0.0148149497591048, 0.012844395582686685, 0.04779621877106005, 1.2,
+                          0.0979546812602905, 0.011338927550269773]), 1.0),
+            (WindowStats(5, [0.5959766002831323, 0.5189872036245357, 0.21297254543441718, 0.0,
+                             3.658272381209403, 6.7594179380978785],
+                         [0.00984543330543386, 0.017461490578639882, 0.04017186563908984, 0.0,
+                          0.10461672855082327, 0.08606901068000639]), 0.7),
+            (WindowStats(5, [0.5806639093055445, 0.537830464654149, 0.1765018894966297, 0.0,
+                             3.676824429643614, 6.815028710609897],
+                         [0.004271735848053293, 0.016750678130998065, 0.010661825938986541,
+                          0.0, 0.11943752727128754, 0.06166050357191466]), 0.48999999999999994)]
+    pooled = ((0.05561519195375486, 0.09546404599657282, 0.2100820745586306, 4.8,
+               0.5686981569623519, 0.38781680102962923), 25)
+    args = (now, feats, base, pooled, 1, 0, DriftConfig())
+    reference = score_attunement_drift(*args)
+    assert reference.features[0].z ** 2 != reference.features[0].z * reference.features[0].z
+    assert score_attunement(*args) == reference

@@ -140,7 +140,7 @@ def test_only_durable_users_are_stored_with_their_sessions(harness: Harness) -> 
     assert not any(u.startswith(("stateless-", "ephemeral-")) for u in states)
     assert {u for u in users if u.startswith("stable-")} <= set(states)
     for user_id, state in states.items():
-        assert state == harness.engine.states[user_id]
+        assert state == harness.engine.memory.states[user_id]
     summary = harness.store.session("stable-0000", "stable-0000-s3")
     assert summary is not None and summary.turns == 12 and summary.scores >= 1
     assert summary.ended_s is not None and summary.ended_s >= summary.started_s
@@ -170,8 +170,8 @@ def test_an_operator_erase_of_an_unknown_user_has_the_same_shape_and_keeps_nothi
     assert known.outcome.value == unknown.outcome.value == "verified"
     assert {t.kind.value for t in known.targets} == {"attunement", "semantic", "safety"}
     assert all(t.versions == 0 for t in unknown.targets)
-    assert "nobody-at-all" not in harness.engine.states
-    assert "nobody-at-all" not in harness.engine.baselines
+    assert "nobody-at-all" not in harness.engine.memory.states
+    assert "nobody-at-all" not in harness.engine.memory.baselines
     assert harness.store.count_user_rows("stable-0002")["baseline_versions"] == 0
     again_batch, again = harness.engine.erase_user("stable-0002", "req-known")
     assert again == known
@@ -194,7 +194,7 @@ def test_a_replayed_batch_is_skipped_by_its_stored_offsets(harness: Harness, tmp
             offsets[p] += 1
         again.settle(again.engine.process(rs))
         assert again.messages == [] and published > 0
-        assert again.engine.states == {u: s for u, s in harness.engine.states.items()
+        assert again.engine.memory.states == {u: s for u, s in harness.engine.memory.states.items()
                                        if s.persistable}
     finally:
         again.store.close()
@@ -231,9 +231,9 @@ def test_a_tick_is_a_record_the_quiet_partition_times_and_others_ignore(
     foreign = [Record(r.partition, r.offset, r.key,
                       encode_tick(Tick("another-deployment", 4e9)), r.timestamp)
                for r in tick_records(harness.engine)]
-    states = dict(harness.engine.states)
+    states = dict(harness.engine.memory.states)
     batch = harness.engine.process(foreign)
-    assert batch.messages == [] and harness.engine.states == states
+    assert batch.messages == [] and harness.engine.memory.states == states
 
 
 def test_stopping_before_each_erasure_changes_nothing_but_where_batches_end(
@@ -269,7 +269,7 @@ def test_a_busy_partition_ticks_a_left_session_closed_at_its_event_time_less_lat
                   encode_tick(Tick(harness.engine.app_id, ts)), int(START_S * 1000))
     last = gone.events[-1].ts_s
     harness.engine.process([tick])
-    assert harness.engine.states[left].session is None
-    ended = [s.ended_s for _, s in harness.engine.pending.sessions if s.user_id == left]
+    assert harness.engine.memory.states[left].session is None
+    ended = [s.ended_s for _, s in harness.engine.memory.pending.sessions if s.user_id == left]
     assert ended == [last + DriftConfig().idle_timeout_s]
     assert harness.engine.ticks_due(quiet_after_s=1e9, lateness_s=lateness) == {}

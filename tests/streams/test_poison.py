@@ -143,10 +143,11 @@ def test_a_record_whose_processing_raises_is_dead_lettered_and_the_rest_go_on(
         broken = victim[5]
         real_step = engine_module.step
 
-        def step(state: Any, baselines: Any, event: FhrEvent, config: Any) -> Any:
+        def step(state: Any, baselines: Any, event: FhrEvent, config: Any, *score: Any
+                 ) -> Any:
             if event.event_id == broken.event_id:
                 raise ValueError("a value from the record that must not reach the log")
-            return real_step(state, baselines, event, config)
+            return real_step(state, baselines, event, config, *score)
 
         monkeypatch.setattr(engine_module, "step", step)
         events = victim + others

@@ -1,0 +1,148 @@
+"""A worker's checkpoints: the engine's staged writes committed in order, one at a time.
+
+A checkpoint commits, in this order, the acks of the outputs it covers, the changelog,
+DuckDB, then the consumer group's offsets: each is at least as new as the next, and the
+stored offsets are the truth. Any failure ends the process at once (exit 70) before a
+checkpoint can cover the failed work: a restart replays from the last checkpoint and
+re-publishes the same ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import NoReturn, TypeVar
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from baselines.store import BaselineStore, BatchWrite
+from streams import topics
+from streams.broker_watch import BROKER_FAULTS, BrokerWatch
+from streams.changelog import Changelog
+from streams.engine import Engine
+from streams.metrics import Metrics
+from streams.publish import Publisher, Sent
+from streams.records import PendingBatch
+
+log = logging.getLogger("continuity_drift.worker")
+
+EXIT_REPLAY = 70
+
+T = TypeVar("T")
+
+
+def exit_for_replay(what: str) -> NoReturn:
+    """End the process at once, before a checkpoint can cover the failed work."""
+    log.exception("%s; exiting so that the work since the last checkpoint is replayed on "
+                  "restart", what)
+    logging.shutdown()
+    os._exit(EXIT_REPLAY)
+
+
+class Checkpoints:
+    """When the worker checkpoints, and the commit of each checkpoint."""
+
+    def __init__(self, engine: Engine, store: BaselineStore, changelog: Changelog,
+                 publisher: Publisher, consumer: AIOKafkaConsumer, metrics: Metrics,
+                 broker: BrokerWatch) -> None:
+        self.engine = engine
+        self.store = store
+        self.changelog = changelog
+        self.publisher = publisher
+        self.consumer = consumer
+        self.metrics = metrics
+        self.broker = broker
+        self._erased: set[int] = set()
+        self.records = 0
+        """Input records processed since the last checkpoint."""
+        self._last = time.monotonic()
+        self._inflight: asyncio.Task[None] | None = None
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a checkpoint's commit is running in the background."""
+        return self._inflight is not None
+
+    async def publish(self, batch: PendingBatch) -> None:
+        """Hand a batch's messages to the producer and go on (:class:`Publisher`)."""
+        self._erased |= batch.erased
+        await self.publisher.publish(batch)
+
+    def due(self, interval_s: float) -> bool:
+        """Whether to checkpoint now: after an erasure (at once), or every ``interval_s``
+        (when the one in flight has landed)."""
+        if self._erased:
+            return True
+        task = self._inflight
+        return time.monotonic() - self._last >= interval_s and (task is None or task.done())
+
+    async def take(self, wait: bool = True) -> None:
+        """One transaction with everything since the last checkpoint, then the group offsets.
+
+        Checkpoints commit in order, one at a time. Unless ``wait`` (revoke, shutdown, the
+        review API) or an erasure asks for it at once, the write runs in the background
+        while the loop goes on with the next batches.
+        """
+        await self.settle()
+        write = self.engine.take_checkpoint()
+        erased, self._erased = self._erased, set()
+        records, self.records = self.records, 0
+        sent = self.publisher.take_unacked()
+        self._last = time.monotonic()
+        task = asyncio.create_task(self._commit(write, erased, records, sent))
+        if wait or erased:
+            await task
+        else:
+            self._inflight = task
+
+    async def settle(self) -> None:
+        """Wait for the checkpoint in flight, if any."""
+        task, self._inflight = self._inflight, None
+        if task is not None:
+            await task
+
+    async def _commit(self, write: BatchWrite, erased: set[int], records: int, sent: Sent
+                      ) -> None:
+        """The acks of the outputs it covers, then the changelog, then DuckDB, then the
+        group: each is at least as new as the next.
+
+        A partition with an erasure writes no delta: after DuckDB's commit it rolls to
+        a new generation, whose snapshot carries the erasure, and the old one is
+        deleted. Until then its changelog ends before the erasure's offset, so a
+        crash in between replays the erasure instead of restoring erased values.
+        """
+        started = time.monotonic()
+        store, changelog = self.store, self.changelog
+        try:
+            await self.publisher.acked(sent)
+            rows = await asyncio.to_thread(store.rows_of, write)
+            deltas = {p: r for p, r in rows.by_partition(write.dropped_states).items()
+                      if p not in erased}
+            self.metrics.changelog_bytes.inc(await self._until_done(
+                "writing the changelog", lambda: changelog.append(deltas)))
+            await asyncio.to_thread(store.apply_rows, rows)
+            owned = self.engine.partitions
+            for p in sorted((erased | set(changelog.due())) & owned):
+                self.metrics.changelog_bytes.inc(await self._until_done(
+                    "rolling the changelog", partial(changelog.roll, p, store)))
+            if erased:
+                await asyncio.to_thread(store.compact)
+            offsets = {TopicPartition(topics.INPUT, p): o for p, o in write.offsets.items()
+                       if p in owned}
+            if offsets:
+                try:
+                    await self.consumer.commit(offsets)
+                except BROKER_FAULTS as exc:  # the stored offsets are the truth; next time
+                    log.warning("group offsets not committed; the next checkpoint will",
+                                extra={"error_type": type(exc).__name__})
+        except Exception:  # noqa: BLE001 - logged and ended in exit_for_replay
+            exit_for_replay("checkpoint failed")
+        self.metrics.checkpoint_seconds.observe(time.monotonic() - started)
+        self.metrics.checkpoint_records.observe(records)
+
+    async def _until_done(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        return await self.broker.until_done(what, attempt)
