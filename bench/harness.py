@@ -12,6 +12,7 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -263,6 +264,34 @@ def proc_cpu_s(pid: int) -> float:
         return 0.0
 
 
+def child_pids(pid: int) -> list[int]:
+    """The process's children (none once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(c) for c in fh.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def free_loopback_ports(n: int) -> int:
+    """The first of ``n`` consecutive free loopback ports (``run --workers N`` serves
+    worker ``i`` on the given port + ``i``)."""
+    for _ in range(100):
+        first = free_loopback_port()
+        if all(_port_free(first + i) for i in range(1, n)):
+            return first
+    raise RuntimeError(f"no {n} consecutive free loopback ports")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def proc_rss_mb(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/status") as fh:
@@ -439,6 +468,9 @@ class WorkerRun:
     name: str
     app_id: str
     spec: WorkerSpec = WorkerSpec()
+    workers: int = 1
+    """Processes: more than one runs ``run --workers N`` (a supervisor and N workers of
+    one group, on the N ports from :attr:`port` on)."""
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     argv: list[str] = field(default_factory=list)
@@ -452,14 +484,21 @@ class WorkerRun:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/metrics"
 
+    @property
+    def ports(self) -> range:
+        """The HTTP port of each worker process."""
+        return range(self.port, self.port + self.workers)
+
     def start(self) -> WorkerRun:
-        self.port = free_loopback_port()
+        self.port = free_loopback_ports(self.workers)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.base / f"{self.name}.toml"
         config.write_text(self.spec.toml(self.app_id))
         cmd = self.spec.command()
         self.argv = ["run", "--broker", self.bootstrap, "--data-dir", str(self.data_dir),
                      "--web-port", str(self.port), "--config", str(config)]
+        if self.workers > 1:
+            self.argv += ["--workers", str(self.workers)]
         self._log = open(self.base / f"{self.name}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(cmd + self.argv, cwd=ROOT, env=clean_env(),
                                      stdout=self._log, stderr=self._log)
@@ -485,23 +524,36 @@ class WorkerRun:
                                f"{self.base / (self.name + '.log')}")
 
     def samples(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """The first worker's metrics (:meth:`processed` adds up every worker's count)."""
         return scrape(self.metrics_url)
 
     def processed(self) -> float:
-        s = self.samples()
-        return metric_sum(s, "continuity_events_total") + metric_sum(
-            s, "continuity_rejections_total")
+        total = 0.0
+        for port in self.ports:
+            s = scrape(f"http://127.0.0.1:{port}/metrics")
+            total += metric_sum(s, "continuity_events_total") + metric_sum(
+                s, "continuity_rejections_total")
+        return total
+
+    def cpu_s(self) -> float:
+        """CPU seconds of the process and its children (the workers under a supervisor)."""
+        return sum(proc_cpu_s(pid) for pid in (self.pid, *child_pids(self.pid)))
 
     def wait_ready(self, timeout_s: float) -> float:
+        """Seconds until every worker's ``/readyz`` answers 200."""
         started = time.monotonic()
         deadline = started + timeout_s
+        waiting = list(self.ports)
         while time.monotonic() < deadline:
             self.check()
             try:
                 with urllib.request.urlopen(
-                        f"http://127.0.0.1:{self.port}/readyz", timeout=2) as resp:
+                        f"http://127.0.0.1:{waiting[0]}/readyz", timeout=2) as resp:
                     if resp.status == 200:
-                        return time.monotonic() - started
+                        waiting.pop(0)
+                        if not waiting:
+                            return time.monotonic() - started
+                        continue
             except OSError:
                 pass
             time.sleep(0.2)

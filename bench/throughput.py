@@ -3,15 +3,18 @@
 Everything runs on one embedded broker (Tansu, memory storage, loopback only) in one
 invocation, on the same pre-produced simulated events:
 
-1. baselines: (a) a plain aiokafka consumer that decodes every record with
-   ``streams.codec.decode_event``, the SPEC's yardstick, and (b) a bare faust agent
-   (decode only, ``stream.take_events``), the rate a first version on faust reaches.
+1. baselines: (a) a plain aiokafka consumer that decodes every value with
+   ``msgspec.json.decode`` and does nothing else, the SPEC's yardstick, and (b) a bare
+   faust agent (the same decode, ``stream.take_events``), the rate a first version on
+   faust reaches.
    Each runs in its own subprocess, with its own consumer group, from the beginning of
    ``fhr.events``; records/s are measured inside the subprocess from the first batch to
    the last record.
 2. (c) the real worker (``continuity-drift run``, fresh data dir and group) on the same
    events: records/s from polling its ``/metrics`` (events + rejections) until it has
-   seen them all. Reported as c/a (SPEC goal >= 20%) and c/b.
+   seen them all. Reported as c/a (SPEC goal >= 20%) and c/b. Then, for each count of
+   ``--workers`` (default 2), ``run --workers N`` on the same records with a fresh group:
+   its rate over one worker's (SPEC goal >= 1.8x for two).
 3. latency, once per offered rate (``--rate``, a comma-separated list): a fresh worker,
    whose group starts after every record produced so far, gets its own slice of the
    events offered at that rate for ``--duration`` seconds; p50/p95/p99 from its
@@ -100,13 +103,18 @@ QUICK: dict[str, Any] = {
     "events": 30_000, "users": 240, "rates": (1000.0, 5000.0, 10000.0), "duration": 15.0,
     "memory_events": 100_000, "state_users": (2000, 10_000), "state_templates": 120}
 THROUGHPUT_GOAL = 0.20  # c/a: worker rate over the plain aiokafka consumer's
+SCALING_GOAL = 1.8  # run --workers 2 over one worker, on the same records
 
 
 def phase_worker_throughput(bootstrap: str, base: Path, n: int, broker_pid: int,
                             timeout_s: float, profile_dir: Path | None,
-                            spec: WorkerSpec) -> dict[str, Any]:
-    worker = WorkerRun(bootstrap, base, "worker-throughput",
-                       f"bench-worker-{os.getpid()}-{int(time.time())}", spec).start()
+                            spec: WorkerSpec, workers: int = 1) -> dict[str, Any]:
+    """A fresh group of ``workers`` processes (``run --workers N`` for more than one)
+    reads the ``n`` records from the beginning; records/s from the first record counted
+    to the last, with the CPU of the workers and the broker over the same window."""
+    name = "worker-throughput" if workers == 1 else f"workers-{workers}-throughput"
+    worker = WorkerRun(bootstrap, base, name,
+                       f"bench-{name}-{os.getpid()}-{int(time.time())}", spec, workers).start()
     spy: subprocess.Popen[bytes] | None = None
     try:
         ready_s = worker.wait_ready(120)
@@ -120,7 +128,7 @@ def phase_worker_throughput(bootstrap: str, base: Path, n: int, broker_pid: int,
         cpu: list[tuple[float, float, float]] = []  # (count, worker CPU s, broker CPU s)
 
         def sample(now: float, count: float) -> None:
-            cpu.append((count, proc_cpu_s(worker.pid), proc_cpu_s(broker_pid)))
+            cpu.append((count, worker.cpu_s(), proc_cpu_s(broker_pid)))
 
         t0 = time.monotonic()
         samples = worker.wait_processed(n, timeout_s, on_sample=sample)
@@ -131,7 +139,8 @@ def phase_worker_throughput(bootstrap: str, base: Path, n: int, broker_pid: int,
         c1, cpu1, bcpu1 = cpu[-1]
         final = worker.samples()
         outputs = metric_sum(final, "continuity_outputs_total")
-        return {"records": n, **measured, "ready_s": ready_s, "command": worker.command,
+        return {"records": n, "workers": workers, **measured, "ready_s": ready_s,
+                "command": worker.command,
                 "worker_cpu_s": cpu1 - cpu0, "broker_cpu_s": bcpu1 - bcpu0,
                 "cpu_records": c1 - c0, "wall_s": t1 - t0, "outputs": outputs,
                 **commit_histograms(final), "rss_mb": proc_rss_mb(worker.pid)}
@@ -228,10 +237,10 @@ def _report_throughput(res: dict[str, Any]) -> list[str]:
         return fmt(1e6 * run[key] / done, ".0f") if run.get(key) is not None and done else "-"
 
     if a:
-        lines.append(f"| (a) aiokafka consumer + decode_event | {fmt(a['rate'])} | "
+        lines.append(f"| (a) aiokafka consumer + msgspec decode | {fmt(a['rate'])} | "
                      f"{fmt(a['seconds'], '.1f')} | {cpu_per(a)} |")
     if b:
-        lines.append(f"| (b) bare faust agent, take_events + decode_event | {fmt(b['rate'])} | "
+        lines.append(f"| (b) bare faust agent, take_events + msgspec decode | {fmt(b['rate'])} | "
                      f"{fmt(b['seconds'], '.1f')} | {cpu_per(b)} |")
     if w:
         lines.append(f"| (c) worker (continuity-drift run) | {fmt(w['rate'])} | "
@@ -248,6 +257,16 @@ def _report_throughput(res: dict[str, Any]) -> list[str]:
         lines.append(f"worker CPU {w['worker_cpu_s']:.1f}s + broker CPU {w['broker_cpu_s']:.1f}s "
                      f"while it read {w['cpu_records']:.0f} records in {w['seconds']:.1f}s; "
                      f"{w['outputs']:.0f} outputs published")
+    for run in res.get("scaling") or []:
+        k = run["workers"]
+        lines.append(f"(c{k}) run --workers {k}: {fmt(run['rate'])} records/s in "
+                     f"{run['seconds']:.1f}s, CPU {cpu_per(run, 'worker_cpu_s')} us/record "
+                     f"(every worker), ready in {run['ready_s']:.1f}s")
+        if w:
+            ratio = run["rate"] / w["rate"]
+            goal = f"; SPEC goal >= {SCALING_GOAL}x: {pass_fail(ratio >= SCALING_GOAL)}" \
+                if k == 2 else ""
+            lines.append(f"c{k}/c = {ratio:.2f}x one worker{goal}")
     return lines
 
 
@@ -370,6 +389,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--state-users", type=_counts, help="comma-separated numbers of users "
                         "the per-user state is measured at (default 10000,100000; quick "
                         "2000,10000)")
+    parser.add_argument("--workers", type=_counts, default=(2,),
+                        help="comma-separated process counts, each run as `run --workers N` "
+                             "on the same records after the one worker (default 2)")
     parser.add_argument("--partitions", type=int, default=PARTITIONS)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--quick", action="store_true", help="smoke run, about 5 minutes")
@@ -420,6 +442,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  ("--seed", args.seed, DEFAULT_SEED)):
         if value != default:
             command += f" {flag} {value:g}" if isinstance(value, float) else f" {flag} {value}"
+    if args.workers != (2,):
+        command += f" --workers {_csv(args.workers)}"
     for s in args.skip:
         command += f" --skip {s}"
     if args.split:
@@ -476,10 +500,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "total_generated": len(stream.records)}
             timeout = 120 + n / 500.0
             if "baselines" not in args.skip:
-                log("(a) aiokafka consumer + decode_event")
+                log("(a) aiokafka consumer + msgspec decode")
                 res["aiokafka"] = baseline_aiokafka(broker.bootstrap, n, tmp, timeout)
                 log(f"    {res['aiokafka']['rate']:.0f} records/s")
-                log("(b) bare faust agent, take_events + decode_event")
+                log("(b) bare faust agent, take_events + msgspec decode")
                 overrides = dict(worker_kv)
                 res["faust_bare"] = baseline_faust(
                     broker.bootstrap, n, tmp, timeout,
@@ -493,6 +517,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log(f"    {res['worker']['rate']:.0f} records/s")
                 if args.profile is not None:
                     res["profile"] = summarize_profile(args.profile / "worker-throughput.txt")
+                res["scaling"] = []
+                for k in (k for k in args.workers if k > 1):
+                    log(f"run --workers {k}, the same records")
+                    res["scaling"].append(phase_worker_throughput(
+                        broker.bootstrap, tmp, n, broker_pid, timeout, None, spec, k))
+                    log(f"    {res['scaling'][-1]['rate']:.0f} records/s")
             if "latency" not in args.skip:
                 res["latency"], res["latency_floor"] = [], []
                 begin = n
