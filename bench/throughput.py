@@ -21,8 +21,8 @@ invocation, on the same pre-produced simulated events:
    end-to-end histogram (interpolated from buckets) and, exactly, from the broker
    timestamps of its outputs on ``drift.scores`` / ``drift.responses`` /
    ``governance.violations`` against the timestamp of the source record they name
-   (``source_event_id`` / ``cause_event_id`` / ``event_id``). Goals: p99 < 250 ms at
-   5,000/s, < 500 ms at 10,000/s.
+   (``source_event_id`` / ``cause_event_id`` / ``event_id``). Goals: p99 < 100 ms at
+   5,000/s, < 250 ms at 10,000/s.
 4. memory: another worker reads the whole topic (at least ``--memory-events``, 1M by
    default) while its VmRSS is sampled; reports the samples and the slope.
 5. checkpoints and consumer batches of every worker, from its ``/metrics`` at the end of
