@@ -252,3 +252,13 @@ def test_trust_continuity_is_one_inside_the_one_feature_tolerance() -> None:
 def test_the_checkpoint_default_is_the_spec_default() -> None:
     assert (CFG.reattune_checkpoint_turn, CFG.reattune_window, CFG.reattune_threshold,
             CFG.sustained_low_sessions) == (5, 3, 0.6, 3)
+
+
+def test_the_tolerance_is_scipys_chi_square_quantile_to_the_bit() -> None:
+    """``tolerance`` computes ``chi2.ppf`` the way SciPy does, without ``scipy.stats``."""
+    from scipy import stats
+
+    for features in range(1, 13):
+        for level in np.linspace(0.5, 0.999, 200).tolist():
+            expected = float(stats.chi2.ppf(level, features)) / features
+            assert tolerance.__wrapped__(features, level) == expected, (features, level)
