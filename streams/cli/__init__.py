@@ -7,28 +7,43 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import cast
 
 from streams import topics
 from streams.broker import BrokerStartError
-from streams.cli.baselines import ApiRefused, cmd_baselines
+from streams.cli.baselines import ApiRefused
 from streams.cli.parser import build_parser
-from streams.cli.report import cmd_report
-from streams.cli.run import cmd_run, cmd_topics
-from streams.demo.run import cmd_demo
 from streams.settings import SettingsError
-from streams.simulate import cmd_simulate
 
-COMMANDS = {"run": cmd_run, "demo": cmd_demo, "simulate": cmd_simulate,
-            "baselines": cmd_baselines, "report": cmd_report, "topics": cmd_topics}
+#: Each command's module and function, imported when the command runs: a worker does not
+#: load the demo's screen (rich), the simulator or the report's command (59 modules).
+COMMANDS = {"run": ("streams.cli.run", "cmd_run"), "demo": ("streams.demo.run", "cmd_demo"),
+            "simulate": ("streams.simulate", "cmd_simulate"),
+            "baselines": ("streams.cli.baselines", "cmd_baselines"),
+            "report": ("streams.cli.report", "cmd_report"),
+            "topics": ("streams.cli.run", "cmd_topics")}
+
+
+def command(name: str) -> Callable[[argparse.Namespace], int]:
+    """The function of command ``name``.
+
+    >>> command("topics").__name__
+    'cmd_topics'
+    """
+    module, function = COMMANDS[name]
+    return cast(Callable[[argparse.Namespace], int],
+                getattr(importlib.import_module(module), function))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        return command(args.command)(args)
     except SettingsError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
