@@ -32,7 +32,7 @@ invocation, on the same pre-produced simulated events:
 6. per-user state, in process: simulated users run through the fold to steady state
    (half of them stopped mid-session), replicated to ``--state-users`` users; encoded
    bytes and resident (tracemalloc) bytes per user of the state and the baselines. Goal:
-   at most 4 KB encoded and 10 KB resident per user. Plus the encoded size of one
+   at most 2 KB encoded and 4 KB resident per user (SPEC 11). Plus the encoded size of one
    user's state after few and after many sessions, per scenario.
 
 Run ``python bench/throughput.py`` (about 15 minutes on two cores), ``--quick`` for a
