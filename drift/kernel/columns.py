@@ -18,7 +18,15 @@ import numpy.typing as npt
 
 from drift.baseline import UserBaselines
 from drift.kernel.convert import expiry_hint, load, materialize
-from drift.kernel.layout import DIRTY_SESSION, DIRTY_USER, F_EXPIRE, I_FLAGS, I_SESSION, Geometry
+from drift.kernel.layout import (
+    DIRTY_SESSION,
+    DIRTY_USER,
+    F_EXPIRE,
+    I_FLAGS,
+    I_SESSION,
+    PY_ONLY,
+    Geometry,
+)
 from drift.model import DriftConfig
 from drift.state import TurnLog, UserState
 
@@ -52,6 +60,10 @@ class UserColumns:
         self._baselines: list[UserBaselines | None] = [None] * capacity
         self._turns: list[TurnLog | None] = [None] * capacity
         """Per slot, the turn log whose values the slot's turn columns hold (when known)."""
+        self._rings: list[bytes | None] = [None] * capacity
+        """Per slot, the dedupe ring the slot's ring holds, in its order (when known)."""
+        self._hints: list[tuple[UserBaselines, float, float] | None] = [None] * capacity
+        """Per slot, the last expiry hint with the baselines and ``last_used_s`` it is of."""
         self._free = list(range(capacity - 1, -1, -1))
         self._codes: dict[str, int] = {}
         self.states = _StateView(self)
@@ -98,6 +110,8 @@ class UserColumns:
         self._shells += [None] * old
         self._baselines += [None] * old
         self._turns += [None] * old
+        self._rings += [None] * old
+        self._hints += [None] * old
         self._free = list(range(2 * old - 1, old - 1, -1))
 
     def drop(self, user_id: str) -> None:
@@ -107,19 +121,33 @@ class UserColumns:
             self._shells[s] = None
             self._baselines[s] = None
             self._turns[s] = None
+            self._rings[s] = None
+            self._hints[s] = None
             self._users[s] = ""
             self._free.append(s)
 
     def _load(self, s: int, state: UserState, baselines: UserBaselines) -> None:
-        hint = expiry_hint(state, baselines, self.config)
+        hint = self._hint(s, state, baselines)
         session = state.session
         turns = session.turns if session is not None and session.mode.keeps_baselines \
             else None
-        held = turns is not None and turns is self._turns[s] \
-            and not self.icols[s, I_FLAGS] & _DIRTY
+        flags = int(self.icols[s, I_FLAGS])
+        held_turns = None if flags & (_DIRTY | PY_ONLY) else self._turns[s]
+        held_ring = None if flags & (DIRTY_USER | PY_ONLY) else self._rings[s]
         fits = load(state, hint, s, self.icols, self.fcols, self.rings, self.geometry,
-                    self.session_code, held)
+                    self.session_code, held_turns, held_ring)
         self._turns[s] = turns if fits else None
+        self._rings[s] = state.recent.ring if fits else None
+
+    def _hint(self, s: int, state: UserState, baselines: UserBaselines) -> float:
+        """:func:`~drift.kernel.convert.expiry_hint`, kept while the baselines object and
+        ``last_used_s`` it is of stay the same."""
+        cached = self._hints[s]
+        if cached is not None and cached[0] is baselines and cached[1] == state.last_used_s:
+            return cached[2]
+        hint = expiry_hint(state, baselines, self.config)
+        self._hints[s] = (baselines, state.last_used_s, hint)
+        return hint
 
     # ------------------------------------------------------------------ per slot
 
@@ -135,6 +163,7 @@ class UserColumns:
         session = state.session
         self._turns[s] = session.turns if session is not None \
             and session.mode.keeps_baselines else None
+        self._rings[s] = state.recent.ring
         self.icols[s, I_FLAGS] &= ~_DIRTY
         return state
 

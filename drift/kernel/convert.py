@@ -111,13 +111,78 @@ def _load_turns(turns: TurnLog, ints: list[int], floats: list[float], g: Geometr
             and _put_rows(turns.late_rows, g.f_late, floats))
 
 
+def _update_rows(old: tuple[Row, ...], new: tuple[Row, ...], at: int,
+                 row: npt.NDArray[np.float64]) -> bool:
+    """Write the rows of ``new`` that the slot, holding ``old``, lacks (the fold appends
+    rows, or starts them afresh)."""
+    if new is old:
+        return True
+    k = len(old) if len(new) > len(old) and new[:len(old)] == old else 0
+    flat: list[float] = []
+    for r in new[k:]:
+        if len(r) != N_FEATURES:
+            return False
+        flat.extend(r)
+    if flat:
+        row[at + k * N_FEATURES:at + k * N_FEATURES + len(flat)] = flat
+    return True
+
+
+def _update_turns(old: TurnLog, turns: TurnLog, slot: int, icols: npt.NDArray[np.int64],
+                  fcols: npt.NDArray[np.float64], g: Geometry) -> bool:
+    """Write what ``turns`` changed from ``old``, the log the slot holds: the counts, the
+    windows that are not ``old``'s, and the rows it does not have. Only what the counts
+    cover is ever read, so rows past them may keep older values."""
+    if len(turns.windows) != g.windows or len(turns.current_rows) > g.current \
+            or len(turns.early_rows) > g.early or len(turns.late_rows) > g.late:
+        return False
+    ints = icols[slot]
+    floats = fcols[slot]
+    for w, (sums, before) in enumerate(zip(turns.windows, old.windows, strict=True)):
+        if sums is before:
+            continue
+        if len(sums.total) != N_FEATURES or len(sums.squares) != N_FEATURES:
+            return False
+        ints[I_WINDOW_N + w] = sums.n
+        at = g.total_at(w)
+        floats[at:at + 2 * N_FEATURES] = sums.total + sums.squares
+    if not (_update_rows(old.current_rows, turns.current_rows, g.f_current, floats)
+            and _update_rows(old.early_rows, turns.early_rows, g.f_early, floats)
+            and _update_rows(old.late_rows, turns.late_rows, g.f_late, floats)):
+        return False
+    ints[I_TURNS] = turns.n_turns
+    ints[I_CURRENT] = len(turns.current_rows)
+    ints[I_EARLY] = len(turns.early_rows)
+    ints[I_LATE] = len(turns.late_rows)
+    return True
+
+
+def _update_ring(old: bytes, ring: bytes, slot: int, icols: npt.NDArray[np.int64],
+                 rings: npt.NDArray[np.uint64], capacity: int) -> bool:
+    """Write ``ring`` where the slot holds ``old`` and ``ring`` is ``old`` with one
+    fingerprint more (the oldest dropped when full), as the kernel would; False (nothing
+    written) for any other change."""
+    held = len(old) // _FP_BYTES
+    if len(ring) == len(old) + _FP_BYTES and held < capacity and ring.startswith(old):
+        rings[slot, held] = int.from_bytes(ring[-_FP_BYTES:], "little")
+        icols[slot, I_RING_LEN] = held + 1
+        return True
+    if held == capacity and len(ring) == len(old) and ring[:-_FP_BYTES] == old[_FP_BYTES:]:
+        head = int(icols[slot, I_RING_HEAD])
+        rings[slot, head] = int.from_bytes(ring[-_FP_BYTES:], "little")
+        icols[slot, I_RING_HEAD] = (head + 1) % capacity
+        return True
+    return False
+
+
 def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.int64],
          fcols: npt.NDArray[np.float64], rings: npt.NDArray[np.uint64], g: Geometry,
-         session_code: Callable[[str], int], turns_held: bool = False) -> bool:
+         session_code: Callable[[str], int], turns_held: TurnLog | None = None,
+         ring_held: bytes | None = None) -> bool:
     """Write the kernel's part of ``state`` into ``slot``; returns whether it fits (if not,
     the slot is flagged ``PY_ONLY``). ``session_code`` numbers session ids for the batch;
-    ``turns_held`` says the slot holds the open session's turn log already (the caller
-    knows it by identity), so only the rest is written.
+    ``turns_held`` and ``ring_held`` are the turn log and the dedupe ring the slot holds
+    already, if the caller knows them, so only what changed from them is written.
 
     >>> from drift.kernel.columns import UserColumns
     >>> from drift.model import Mode
@@ -152,23 +217,33 @@ def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.
         code = session_code(session.session_id)
         if session.mode.keeps_baselines:
             flags |= BASELINING
-            if not turns_held:
+            turns = session.turns
+            if turns is turns_held:
+                pass
+            elif turns_held is not None and ok:
+                turns_fit = _update_turns(turns_held, turns, slot, icols, fcols, g)
+            else:
                 ints = [0] * g.i_width
                 floats = [0.0] * g.f_width
-                turns_fit = _load_turns(session.turns, ints, floats, g)
+                turns_fit = _load_turns(turns, ints, floats, g)
                 if turns_fit:
                     icols[slot] = ints
                     fcols[slot, F_WINDOWS:] = floats[F_WINDOWS:]
+                    ring_held = None  # the row's ring length and head were reset
     ok = ok and turns_fit
+    row = icols[slot]
     if not ok:
         flags |= PY_ONLY
-        held = 0
-    elif held:
-        rings[slot, :held] = np.frombuffer(ring, dtype="<u8")
-    row = icols[slot]
+        row[I_RING_LEN] = 0
+        row[I_RING_HEAD] = 0
+    elif ring is ring_held:
+        pass
+    elif ring_held is None or not _update_ring(ring_held, ring, slot, icols, rings, g.ring):
+        if held:
+            rings[slot, :held] = np.frombuffer(ring, dtype="<u8")
+        row[I_RING_LEN] = held
+        row[I_RING_HEAD] = 0
     row[I_FLAGS] = flags
-    row[I_RING_LEN] = held
-    row[I_RING_HEAD] = 0
     row[I_STREAK] = streak
     row[I_BLOCKING] = max(mask, 0)
     row[I_SESSION] = code
