@@ -261,7 +261,8 @@ def _report_throughput(res: dict[str, Any]) -> list[str]:
         k = run["workers"]
         lines.append(f"(c{k}) run --workers {k}: {fmt(run['rate'])} records/s in "
                      f"{run['seconds']:.1f}s, CPU {cpu_per(run, 'worker_cpu_s')} us/record "
-                     f"(every worker), ready in {run['ready_s']:.1f}s")
+                     f"(every worker) + broker {cpu_per(run, 'broker_cpu_s')} us/record, "
+                     f"ready in {run['ready_s']:.1f}s")
         if w:
             ratio = run["rate"] / w["rate"]
             goal = f"; SPEC goal >= {SCALING_GOAL}x: {pass_fail(ratio >= SCALING_GOAL)}" \
