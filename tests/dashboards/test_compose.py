@@ -7,7 +7,10 @@ ports match what Prometheus, Grafana and the docs expect.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -213,3 +216,29 @@ def test_dockerfile() -> None:
         assert (REPO / source).exists(), source
     cmd = next(arg for op, arg in reversed(instructions) if op == "CMD")
     assert cmd.startswith('["continuity-drift", "run"')
+
+
+def test_the_image_compiles_the_kernel_once_into_a_cache_its_worker_owns() -> None:
+    instructions = dockerfile_instructions()
+    environment = dict(kv.split("=", 1) for op, arg in instructions if op == "ENV"
+                       for kv in arg.split())
+    cache = environment["NUMBA_CACHE_DIR"]
+    runs = [arg for op, arg in instructions if op == "RUN"]
+    build = next(i for i, arg in enumerate(runs) if "pip install ." in arg)
+    assert 'import drift.kernel"' in runs[build].split("pip install .", 1)[1]
+    user = next(arg for op, arg in reversed(instructions) if op == "USER")
+    assert any(f"chown -R {user}:{user} {cache}" in arg for arg in runs[build:])
+
+
+def test_numba_keeps_the_compiled_kernel_in_the_cache_folder_it_is_given(tmp_path: Path
+                                                                         ) -> None:
+    """What the image relies on: with ``NUMBA_CACHE_DIR`` set, importing the kernel
+    compiles it into that folder, and a second process finds it there."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    probe = [sys.executable, "-c", "import drift.kernel"]
+    subprocess.run(probe, cwd=REPO, env=env, check=True, timeout=120)
+    indexes = sorted((tmp_path / "cache").rglob("*.nbi"))
+    assert indexes, "nothing was cached"
+    stamps = {p: p.stat().st_mtime_ns for p in indexes}
+    subprocess.run(probe, cwd=REPO, env=env, check=True, timeout=120)
+    assert {p: p.stat().st_mtime_ns for p in indexes} == stamps, "the cache was rewritten"
