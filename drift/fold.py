@@ -98,7 +98,7 @@ def step(state: UserState, baselines: UserBaselines, event: FhrEvent, config: Dr
     recent = state.recent.keep(fingerprint, config.recent_event_ids)
     session = state.open_session(event.session_id)
     if session is None:
-        handled = _dispatch(evolve(state, clock_s=ts, recent=recent), baselines, event, ctx)
+        handled = dispatch(evolve(state, clock_s=ts, recent=recent), baselines, event, ctx)
     else:
         touch = {"last_s": max(session.last_s, ts),
                  "ephemeral": session.ephemeral or event.ephemeral}
@@ -108,7 +108,7 @@ def step(state: UserState, baselines: UserBaselines, event: FhrEvent, config: Dr
                             baselines, event.body, ctx)
         else:
             touched = evolve(state, clock_s=ts, recent=recent, session=evolve(session, **touch))
-            handled = _dispatch(touched, baselines, event, ctx)
+            handled = dispatch(touched, baselines, event, ctx)
     if swept is not None and not swept.effects.empty:
         handled = Step(handled.state, handled.baselines, swept.effects + handled.effects)
     if handled.state.memory_only:
@@ -189,8 +189,12 @@ def may_erase(state: UserState, baselines: UserBaselines, event: FhrEvent, confi
     return expiry_due(state, baselines, max(event.ts_s, state.clock_s), config)
 
 
-def _dispatch(state: UserState, baselines: UserBaselines, event: FhrEvent, ctx: StepContext
-              ) -> Step:
+def dispatch(state: UserState, baselines: UserBaselines, event: FhrEvent, ctx: StepContext
+             ) -> Step:
+    """What ``event`` does once :func:`step` has moved the clock, the dedupe window and the
+    open session's last event time: for a ``semantic``, a shown notice or a blocked write,
+    only the open session's other fields change (the batch kernel moves the first three in
+    its columns and calls this for the rest)."""
     body = event.body
     match body:
         case SessionStart():

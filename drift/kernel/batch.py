@@ -4,8 +4,11 @@
 :func:`drift.fold.step` over a batch. The kernel (:mod:`drift.kernel.turns`) takes
 events in log order until one it cannot take; that one is handed to the reference
 fold (its user's state built from the columns and loaded back after); the kernel
-then goes on from the next event. Events are therefore applied exactly in the
-order of the batch, and the effects are the ones the loop of ``step`` gives.
+then goes on from the next event. A ``semantic``, a shown notice or a blocked write
+of the open session is the kernel's for the clock, the ring and ``last_s``; the
+rest of it (:func:`drift.fold.dispatch`) is applied to the user's state object
+before the next hand-off. Events are therefore applied exactly in the order of the
+batch, and the effects are the ones the loop of ``step`` gives.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from drift.baseline import UserBaselines
-from drift.fold import DUPLICATE, Step, may_erase, step
+from drift.checkpoint import StepContext
+from drift.fold import DUPLICATE, Step, dispatch, may_erase, step
 from drift.kernel.attunement import score_attunement
 from drift.kernel.columns import UserColumns
 from drift.kernel.events import EventColumns
-from drift.kernel.layout import ST_APPLIED, ST_DUPLICATE
+from drift.kernel.layout import KIND_SIDE, ST_APPLIED, ST_DUPLICATE, ST_SIDE
 from drift.kernel.turns import apply_turns
 from drift.model import DriftConfig, FhrEvent
 from drift.outputs import NO_EFFECTS, Effects
@@ -100,11 +104,14 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
     geom, params = columns.geometry_arrays()
     handoffs = 0
     stopped_at: int | None = None
+    sides = [k for k, kind in enumerate(ev.kinds.tolist()) if kind == KIND_SIDE]
+    side = 0
     i = 0
     while i < n:
         icols, fcols, rings = columns.arrays()
         j = apply_turns(i, stop_before_erasure, *event_arrays, icols, fcols, rings, geom,
                         params)
+        side = _sides(columns, ev, events, sides, side, j, config)
         if j >= n:
             break
         s = ev.slot_list[j]
@@ -124,7 +131,7 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
         i = j + 1
     end = n if stopped_at is None else stopped_at
     for k, st in enumerate(ev.status[:end].tolist()):
-        if st == ST_APPLIED:
+        if st == ST_APPLIED or st == ST_SIDE:
             outcomes[k] = NO_EFFECTS
         elif st == ST_DUPLICATE:
             outcomes[k] = DUPLICATE
@@ -136,6 +143,26 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
         assert o is not None, "every event before the end was applied"
         done.append(o)
     return BatchFold(done, handoffs, stopped_at)
+
+
+def _sides(columns: UserColumns, ev: EventColumns, events: Sequence[FhrEvent],
+           sides: list[int], at: int, end: int, config: DriftConfig) -> int:
+    """Apply, in log order, the rest of each event the kernel marked ``ST_SIDE`` before
+    ``end`` (from position ``at`` of ``sides``) to its user's state object; returns the
+    position to go on from. The kernel moved the clock, the ring and ``last_s`` in the
+    columns, which stay what the state is read from for those (the slot is dirty)."""
+    status = ev.status
+    while at < len(sides) and sides[at] < end:
+        k = sides[at]
+        at += 1
+        if status[k] != ST_SIDE:
+            continue
+        s = ev.slot_list[k]
+        event = events[k]
+        shell = columns.shell_at(s)
+        ctx = StepContext(event.event_id, event.session_id, event.ts_s, config)
+        columns.keep_shell(s, dispatch(shell, columns.baselines_at(s), event, ctx).state)
+    return at
 
 
 def _may_erase(state: UserState, baselines: UserBaselines, event: FhrEvent,

@@ -167,6 +167,18 @@ class UserColumns:
         self.icols[s, I_FLAGS] &= ~_DIRTY
         return state
 
+    def shell_at(self, s: int) -> UserState:
+        """The state object slot ``s`` holds beside its columns (their parts in it may be
+        older than the columns')."""
+        shell = self._shells[s]
+        assert shell is not None, "a slot with an open session holds its state object"
+        return shell
+
+    def keep_shell(self, s: int, state: UserState) -> None:
+        """Hold ``state`` as slot ``s``'s state object, whose parts the columns hold stay
+        the columns' (:func:`drift.fold.dispatch` of a side event changed none of them)."""
+        self._shells[s] = state
+
     def baselines_at(self, s: int) -> UserBaselines:
         """The baselines of slot ``s`` (none stored: no baselines)."""
         b = self._baselines[s]

@@ -24,14 +24,25 @@ from drift.kernel.layout import (
     EV_REFLECTION,
     KIND_MAY_ERASE,
     KIND_OTHER,
+    KIND_SIDE,
     KIND_TURN,
     N_FEATURES,
 )
-from drift.model import FhrEvent, MemoryErase, ModeChanged, SessionStart, Turn
+from drift.model import (
+    FhrEvent,
+    MemoryErase,
+    MemoryWriteBlocked,
+    ModeChanged,
+    NoticeShown,
+    Semantic,
+    SessionStart,
+    Turn,
+)
 from drift.state import event_hash
 
 _NO_ROW = (0.0,) * N_FEATURES
 _MAY_ERASE = (SessionStart, MemoryErase, ModeChanged)
+_SIDE = (Semantic, NoticeShown, MemoryWriteBlocked)
 _AE, _CARE_OVERRIDE, _CARE_COOLOFF, _CRISIS, _LEGAL_HOLD = 2, 4, 8, 16, 32
 
 
@@ -97,7 +108,8 @@ class EventColumns:
                 if body.reflection:
                     f |= EV_REFLECTION
             else:
-                kinds.append(KIND_MAY_ERASE if isinstance(body, _MAY_ERASE) else KIND_OTHER)
+                kinds.append(KIND_MAY_ERASE if isinstance(body, _MAY_ERASE)
+                             else KIND_SIDE if isinstance(body, _SIDE) else KIND_OTHER)
                 rows.append(_NO_ROW)
             flags.append(f)
         for s in set(slots):

@@ -55,6 +55,8 @@ BLOCKING_NAMES = ("ae_active", "care_override", "care_cooloff", "crisis", "legal
 KIND_TURN = 0
 KIND_OTHER = 1
 KIND_MAY_ERASE = 2  # session_start, memory_erase, continuity_mode_changed
+KIND_SIDE = 3  # semantic, model_change_notice_shown, memory_write_blocked: no effects, and
+# of the open session only fields the columns do not hold change (drift.fold.side_step)
 EV_EPHEMERAL = 1
 EV_BLOCKING_SHIFT = 1  # BLOCKING_NAMES bits start at bit 1 of an event's flags
 EV_REFLECTION = 64
@@ -63,6 +65,7 @@ EV_REFLECTION = 64
 ST_PENDING = 0
 ST_APPLIED = 1
 ST_DUPLICATE = 2
+ST_SIDE = 3  # taken; its change to the open session's other fields is the caller's to make
 
 #: A baseline can be past its TTL from one second before its hint: a margin far wider than
 #: the rounding of ``now - used > ttl`` at epoch seconds, so the kernel only ever hands off

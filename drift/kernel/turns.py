@@ -9,6 +9,10 @@
   into the guard (blocking states, the high-resonance streak) and, in a baselining
   mode, adds its transformed row to the turn log (its window sums, the current
   look, the early window and the late profile);
+* a ``semantic``, ``model_change_notice_shown`` or ``memory_write_blocked`` event of the
+  open session moves the clock, the ring and ``last_s`` the same way and is marked
+  ``ST_SIDE``: what else it changes lives outside the columns, and the caller applies
+  it (:func:`drift.fold.side_step`) before the next hand-off;
 
 It stops at the first event it cannot take and returns its index: any other event
 type, a turn of a session that is not open, a turn that reaches a checkpoint or the
@@ -52,6 +56,7 @@ from drift.kernel.layout import (
     I_TURNS,
     I_WINDOW_N,
     KIND_MAY_ERASE,
+    KIND_SIDE,
     KIND_TURN,
     MEMORY_ONLY,
     N_FEATURES,
@@ -59,6 +64,7 @@ from drift.kernel.layout import (
     SESSION_EPHEMERAL,
     ST_APPLIED,
     ST_DUPLICATE,
+    ST_SIDE,
 )
 
 _SIGNATURE = ("i8(i8, b1, i8[::1], i8[::1], f8[::1], u8[::1], i8[::1], i8[::1], f8[:, ::1], "
@@ -156,7 +162,7 @@ def apply_turns(start: int, stop_before_erasure: bool,
             continue
         if (flags & MEMORY_ONLY) != 0 and ev_ts[i] < fcols[s, F_STARTED]:
             return i  # older than a memory-only user's open session: the reference's rule
-        if kind != KIND_TURN or expiry_near:
+        if (kind != KIND_TURN and kind != KIND_SIDE) or expiry_near:
             return i
         has_session = (flags & HAS_SESSION) != 0
         if has_session and fcols[s, F_LAST] + idle_s <= ts:
@@ -169,7 +175,7 @@ def apply_turns(start: int, stop_before_erasure: bool,
         if matched:
             if (ev_flags[i] & EV_EPHEMERAL) != 0 and (flags & SESSION_EPHEMERAL) == 0:
                 return i
-            if baselining:
+            if baselining and kind == KIND_TURN:
                 if n_turns >= checkpoint_turn \
                         and (n_turns - checkpoint_turn) % checkpoint_every == 0:
                     return i
@@ -189,6 +195,12 @@ def apply_turns(start: int, stop_before_erasure: bool,
         flags |= DIRTY_USER
         if matched:
             fcols[s, F_LAST] = max(fcols[s, F_LAST], ts)
+            flags |= DIRTY_SESSION
+        if kind == KIND_SIDE:
+            icols[s, I_FLAGS] = flags
+            status[i] = ST_SIDE
+            continue
+        if matched:
             ef = ev_flags[i]
             icols[s, I_BLOCKING] = (ef >> EV_BLOCKING_SHIFT) & 31
             if (ef & EV_REFLECTION) != 0:
@@ -204,7 +216,6 @@ def apply_turns(start: int, stop_before_erasure: bool,
             if baselining:
                 _add_turn(s, i, n_turns, ev_rows, icols, fcols, n_windows, checkpoint_every,
                           reattune_turn, cap_late, f_current, f_early, f_late)
-            flags |= DIRTY_SESSION
         icols[s, I_FLAGS] = flags
         status[i] = ST_APPLIED
     return int(n)
