@@ -91,9 +91,14 @@ def _put_rows(rows: tuple[Row, ...], at: int, floats: list[float]) -> bool:
     return True
 
 
+def _fits(turns: TurnLog, g: Geometry) -> bool:
+    """Whether a turn log's windows and row counts fit a slot of geometry ``g``."""
+    return len(turns.windows) == g.windows and len(turns.current_rows) <= g.current \
+        and len(turns.early_rows) <= g.early and len(turns.late_rows) <= g.late
+
+
 def _load_turns(turns: TurnLog, ints: list[int], floats: list[float], g: Geometry) -> bool:
-    if len(turns.windows) != g.windows or len(turns.current_rows) > g.current \
-            or len(turns.early_rows) > g.early or len(turns.late_rows) > g.late:
+    if not _fits(turns, g):
         return False
     ints[I_TURNS] = turns.n_turns
     ints[I_CURRENT] = len(turns.current_rows)
@@ -133,8 +138,7 @@ def _update_turns(old: TurnLog, turns: TurnLog, slot: int, icols: npt.NDArray[np
     """Write what ``turns`` changed from ``old``, the log the slot holds: the counts, the
     windows that are not ``old``'s, and the rows it does not have. Only what the counts
     cover is ever read, so rows past them may keep older values."""
-    if len(turns.windows) != g.windows or len(turns.current_rows) > g.current \
-            or len(turns.early_rows) > g.early or len(turns.late_rows) > g.late:
+    if not _fits(turns, g):
         return False
     ints = icols[slot]
     floats = fcols[slot]
