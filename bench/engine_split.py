@@ -6,9 +6,11 @@ the engine's instructions for an A/B; this splits the engine's cost by concern, 
 limits the worker can be read as a table instead of a flame graph:
 
 - decode (``Engine.decode``: msgspec, validation, domain values);
-- the fold (``drift.fold.step``), and inside it scoring at checkpoints (``checkpoint``: the
-  attunement test, the composite, the response ladder), the attunement test alone,
-  re-attunement, the baseline fold at session end and the session start;
+- the fold (``drift.kernel.fold_batch``): the compiled kernel (``apply_turns``), and the
+  events it hands to the reference (``drift.fold.step``), inside which scoring at
+  checkpoints (``checkpoint``: the attunement test, the composite, the response ladder), the
+  attunement test alone, re-attunement, the baseline fold at session end and the session
+  start;
 - the shell (``Engine.process`` less decode and fold: metrics, output encoding, staging);
 - the checkpoint write (``rows_of`` + ``apply_rows``, every 5,000 records as in
   ``bench/instructions.py``).
@@ -45,12 +47,15 @@ if str(ROOT) not in sys.path:
 PARTS = (
     ("engine (Engine.process)", "streams.engine", "Engine.process", None),
     ("decode", "streams.engine", "Engine.decode", "engine (Engine.process)"),
-    ("fold (drift.fold.step)", "streams.engine", "step", "engine (Engine.process)"),
-    ("scoring at checkpoints", "drift.fold", "checkpoint", "fold (drift.fold.step)"),
+    ("fold (fold_batch)", "streams.engine", "fold_batch", "engine (Engine.process)"),
+    ("kernel (apply_turns)", "drift.kernel.batch", "apply_turns", "fold (fold_batch)"),
+    ("hand-offs (drift.fold.step)", "drift.kernel.batch", "step", "fold (fold_batch)"),
+    ("scoring at checkpoints", "drift.fold", "checkpoint", "hand-offs (drift.fold.step)"),
     ("attunement test", "drift.checkpoint", "attunement_test", "scoring at checkpoints"),
-    ("re-attunement", "drift.fold", "reattune", "fold (drift.fold.step)"),
-    ("baseline fold at session end", "drift.fold", "fold_session", "fold (drift.fold.step)"),
-    ("session start", "drift.fold", "_session_start", "fold (drift.fold.step)"),
+    ("re-attunement", "drift.fold", "reattune", "hand-offs (drift.fold.step)"),
+    ("baseline fold at session end", "drift.fold", "fold_session",
+     "hand-offs (drift.fold.step)"),
+    ("session start", "drift.fold", "_session_start", "hand-offs (drift.fold.step)"),
 )
 
 

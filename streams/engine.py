@@ -31,9 +31,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from baselines.store import BaselineStore, BatchWrite
-from drift.baseline import UserBaselines
 from drift.erasure import expiry_due, operator_erase, receipt
-from drift.fold import Step, due, may_erase, step, summarize, sweep
+from drift.fold import Step, due, summarize, sweep
+from drift.kernel import fold_batch
 from drift.kernel.attunement import score_attunement
 from drift.model import (
     DriftConfig,
@@ -41,6 +41,7 @@ from drift.model import (
     Tick,
 )
 from drift.outputs import (
+    Effects,
     ErasureCommand,
     ErasureReceipt,
     Output,
@@ -88,7 +89,7 @@ class Engine:
         self.seen_at: dict[int, float] = {}
         """When (wall clock) each partition's last record was processed."""
         self.meter = Meter(metrics)
-        self.memory = Memory(self.meter)
+        self.memory = Memory(self.meter, config)
         self.rebuild = Rebuild(self.memory, self.next_offsets, config, app_id)
 
     # ------------------------------------------------------------------ partitions
@@ -148,6 +149,10 @@ class Engine:
         """Apply a batch of records (decoded by :meth:`decode` if not given) to memory;
         returns what to publish and to commit.
 
+        The events between two ticks (and records of a partition under replay) are folded
+        together by the compiled kernel (:func:`drift.kernel.fold_batch`), then carried
+        out in log order.
+
         With ``stop_before_erasure`` (the shell has a checkpoint in flight), processing
         stops before the first record that may erase stored baselines
         (:func:`drift.fold.may_erase`) and the batch says where (``stopped_at``): the shell
@@ -158,74 +163,113 @@ class Engine:
         touched: dict[str, int] = {}
         self.meter.observe_value(self.metrics.batch_size, len(records))
         now = self.clock()
-        memory, replaying = self.memory, self.rebuild.replaying
-        for index, (record, item) in enumerate(
-                zip(records, decoded or self.decode(records), strict=True)):
-            if record.partition in replaying:
+        items = decoded or self.decode(records)
+        replaying = self.rebuild.replaying
+        ahead = dict(self.next_offsets)
+        run: list[int] = []
+        for index, (record, item) in enumerate(zip(records, items, strict=True)):
+            p = record.partition
+            if p not in replaying and record.offset < ahead.get(p, 0):
+                continue
+            if p not in replaying and not isinstance(item, Tick):
+                run.append(index)
+                ahead[p] = record.offset + 1
+                continue
+            batch.stopped_at = self._fold(records, items, run, batch, touched, now,
+                                          stop_before_erasure)
+            run = []
+            if batch.stopped_at is not None:
+                break
+            if p in replaying:
                 self.rebuild.take(record, item, batch)
                 continue
-            if record.offset < self.next_offsets.get(record.partition, 0):
-                continue
-            if isinstance(item, FhrEvent):
-                state = memory.state(item.user_id)
-                baselines = memory.baselines_of(item.user_id)
-                if stop_before_erasure and self._may_erase(state, baselines, item):
-                    batch.stopped_at = index
-                    break
-            elif isinstance(item, Tick) and item.app_id == self.app_id and stop_before_erasure \
-                    and self.expiring(record.partition, item.ts_s):
+            assert isinstance(item, Tick)
+            if item.app_id == self.app_id and stop_before_erasure \
+                    and self.expiring(p, item.ts_s):
                 batch.stopped_at = index
                 break
-            self.next_offsets[record.partition] = record.offset + 1
-            memory.pending.offsets[record.partition] = record.offset + 1
-            self.seen_at[record.partition] = now
-            if isinstance(item, Tick):
-                if item.app_id == self.app_id:
-                    self._tick(record.partition, record.offset, item.ts_s, batch, touched)
-                continue
-            if isinstance(item, FhrEvent):
-                try:
-                    result = step(state, baselines, item, self.config, score_attunement)
-                except Exception as exc:  # noqa: BLE001 - the fold is pure: state unchanged
-                    item = _processing_error(exc, item.event_id, record)
-                else:
-                    if self._process_event(item, state, result, record, batch, touched,
-                                           now):
-                        batch.source_timestamps.append(record.timestamp)
-                    continue
-            self._dead_letter(record, item, batch)
-            batch.source_timestamps.append(record.timestamp)
+            self._advance(record, now)
+            ahead[p] = record.offset + 1
+            if item.app_id == self.app_id:
+                self._tick(p, record.offset, item.ts_s, batch, touched)
+        else:
+            batch.stopped_at = self._fold(records, items, run, batch, touched, now,
+                                          stop_before_erasure)
         self._stage_states(batch, touched)
         self.meter.flush()
         return batch
 
-    def _may_erase(self, state: UserState, baselines: UserBaselines, event: FhrEvent) -> bool:
-        try:
-            return may_erase(state, baselines, event, self.config)
-        except Exception:  # noqa: BLE001 - step raises too, and dead-letters the record
-            return False
+    def _fold(self, records: Sequence[InputRecord], items: list[FhrEvent | Tick | Rejection],
+              run: list[int], batch: PendingBatch, touched: dict[str, int], now: float,
+              stop_before_erasure: bool) -> int | None:
+        """Fold the events of the records at ``run`` (indices, in log order) through the
+        kernel and carry out each record's outcome in order; the index of the record it
+        stopped before, if it did."""
+        events = [e for e in (items[i] for i in run) if isinstance(e, FhrEvent)]
+        folded = fold_batch(self.memory.columns, events, self.config,
+                            stop_before_erasure=stop_before_erasure)
+        if folded.handoffs:
+            self.metrics.kernel_handoffs.inc(folded.handoffs)
+        k = 0
+        stopped: int | None = None
+        for index in run:
+            record, item = records[index], items[index]
+            if isinstance(item, FhrEvent):
+                if k == folded.stopped_at:
+                    stopped = index
+                    break
+                outcome, before = folded.outcomes[k], folded.befores.get(k)
+                k += 1
+                self._advance(record, now)
+                if not isinstance(outcome, Exception):
+                    if self._process_event(item, outcome, before, record, batch, touched,
+                                           now):
+                        batch.source_timestamps.append(record.timestamp)
+                    continue
+                item = _processing_error(outcome, item.event_id, record)
+            else:
+                self._advance(record, now)
+            assert isinstance(item, Rejection)
+            self._dead_letter(record, item, batch)
+            batch.source_timestamps.append(record.timestamp)
+        self.memory.settle()
+        return stopped
 
-    def _process_event(self, event: FhrEvent, before: UserState, result: Step,
+    def _advance(self, record: InputRecord, now: float) -> None:
+        """The record's partition goes on after it."""
+        p = record.partition
+        self.next_offsets[p] = self.memory.pending.offsets[p] = record.offset + 1
+        self.seen_at[p] = now
+
+    def _process_event(self, event: FhrEvent, outcome: Step | Effects, before: UserState | None,
                        record: InputRecord, batch: PendingBatch, touched: dict[str, int],
                        now: float) -> bool:
-        """Count and carry out one event's step; whether it has outputs."""
+        """Count and carry out one event's outcome (``before``: the state a step was
+        applied to); whether it has outputs. An event the kernel took has no effects, and
+        changes nothing :meth:`Memory.track` follows (the user's mode, whether a session
+        is open)."""
         self.meter.event(event)
         self.meter.lags.append(max(0.0, now - event.ts_s))
         user_id, partition = event.user_id, record.partition
         self.memory.user_partition[user_id] = partition
         if event.ts_s > self.watermarks.get(partition, 0.0):
             self.watermarks[partition] = event.ts_s
-        if result.effects.duplicate:
+        if not isinstance(outcome, Step):
+            if not outcome.duplicate:
+                touched[user_id] = partition
             return False
-        self._apply(result, partition, batch)
-        self.memory.track(before, result.state, partition, record.offset)
+        if outcome.effects.duplicate:
+            return False
+        assert before is not None, "a step's state before it comes with it"
+        self._apply(outcome, partition, batch)
+        self.memory.track(before, outcome, partition, record.offset, defer=True)
         touched[user_id] = partition
-        return bool(result.effects.outputs)
+        return bool(outcome.effects.outputs)
 
     def _apply(self, result: Step, partition: int, batch: PendingBatch) -> None:
-        """Keep a step's state and carry out its effects: store writes, then messages."""
+        """Carry out a step's effects: store writes, then messages (the caller holds its
+        state)."""
         state = result.state
-        self.memory.put(result)
         effects = result.effects
         if effects.empty:
             return
@@ -307,7 +351,7 @@ class Engine:
     def refresh_gauges(self) -> None:
         """Set the gauges of open sessions and holds: a walk over every user, so the shell
         calls it per checkpoint, not per batch."""
-        self.meter.gauges(self.memory.states.values())
+        self.meter.gauges(self.memory.columns.shells())
 
     # ------------------------------------------------------------------ event time
 
@@ -361,8 +405,9 @@ class Engine:
                            score=score_attunement)
             if result.effects.empty and result.state is state:
                 continue
+            memory.put(result)
             self._apply(result, partition, batch)
-            memory.track(state, result.state, partition, offset)
+            memory.track(state, result, partition, offset)
             touched[user_id] = partition
 
     # ------------------------------------------------------------------ review API

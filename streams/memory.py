@@ -12,6 +12,12 @@ by user, the partition of each, and the rules that stage them
 * a durable user in an ephemeral session keeps the stored state from before it, staged as
   of the record that opened it; :attr:`Memory.memory_since` says where a replay after a
   crash rebuilds each user whose state in memory is not the stored one.
+
+The states live in :class:`~drift.kernel.UserColumns` (the compiled kernel's columns, with
+``states`` and ``baselines`` views by user id). A state staged at the end of a batch is
+built from its columns only when the checkpoint is taken (:meth:`Memory.take`): what it
+holds then is the state as of the staged offset, since every batch that moves a user
+stages them again.
 """
 
 from __future__ import annotations
@@ -21,20 +27,22 @@ from collections.abc import Iterable, Mapping
 from baselines.store import BatchWrite
 from drift.baseline import UserBaselines
 from drift.fold import Step, initial
+from drift.kernel import UserColumns
+from drift.kernel.columns import NO_BASELINES
+from drift.model import DriftConfig
 from drift.state import UserState
 from streams import topics
 from streams.meter import Meter
-
-NO_BASELINES = UserBaselines()
 
 
 class Memory:
     """Every owned user's state and baselines, and the checkpoint staged from them."""
 
-    def __init__(self, meter: Meter) -> None:
+    def __init__(self, meter: Meter, config: DriftConfig) -> None:
         self.meter = meter
-        self.states: dict[str, UserState] = {}
-        self.baselines: dict[str, UserBaselines] = {}
+        self.columns = UserColumns(config, capacity=1024)
+        self.states = self.columns.states
+        self.baselines = self.columns.baselines
         self.user_partition: dict[str, int] = {}
         self.stored: set[str] = set()
         """Users with a stored state: only theirs is dropped when it stops being persistable,
@@ -45,6 +53,11 @@ class Memory:
         """Users whose state in memory is not the stored one (memory-only users in a session,
         durable users in an ephemeral one): the offset replaying them from rebuilds it."""
         self.pending = BatchWrite(topic=topics.INPUT)
+        self.staged: dict[str, tuple[int, int]] = {}
+        """Users whose current state is staged (built at :meth:`take`): partition, as of."""
+        self.leaving: set[str] = set()
+        """Users a step made memory-only outside a session while a batch is folded:
+        :meth:`settle` forgets those still so at its end."""
 
     def state(self, user_id: str) -> UserState:
         """The user's state (a user not held: one never seen)."""
@@ -61,18 +74,21 @@ class Memory:
     def load(self, partition: int, states: Mapping[str, UserState],
              baselines: Mapping[str, UserBaselines], as_of: Mapping[str, int]) -> None:
         """Hold a partition's users as the store has them."""
-        self.states.update(states)
+        for user_id, state in states.items():
+            self.columns.put(user_id, state, baselines.get(user_id))
+        for user_id in baselines.keys() - states.keys():
+            self.baselines[user_id] = baselines[user_id]
         self.stored.update(states)
         self.as_of.update(as_of)
-        self.baselines.update(baselines)
         self.user_partition.update({u: partition for u in (*states, *baselines)})
 
     def forget(self, partitions: Iterable[int]) -> None:
         """Drop the users of partitions no longer owned."""
         gone = set(partitions)
         for u in [u for u, p in self.user_partition.items() if p in gone]:
-            self.states.pop(u, None)
-            self.baselines.pop(u, None)
+            self._build_staged(u)
+            self.columns.drop(u)
+            self.leaving.discard(u)
             self.user_partition.pop(u, None)
             self.stored.discard(u)
             self.as_of.pop(u, None)
@@ -80,44 +96,61 @@ class Memory:
 
     def put(self, result: Step) -> None:
         """Hold a step's state and baselines."""
-        user_id = result.state.user_id
-        self.states[user_id] = result.state
-        self.baselines[user_id] = result.baselines
+        self.columns.put(result.state.user_id, result.state, result.baselines)
 
-    def track(self, before: UserState, state: UserState, partition: int, offset: int,
-              silent: bool = False) -> None:
+    def track(self, before: UserState, result: Step, partition: int, offset: int, *,
+              silent: bool = False, defer: bool = False) -> None:
         """Keep :attr:`memory_since` after the record at ``offset`` moved a user from
         ``before`` to ``state``, and forget a memory-only user outside a session (the
         fold made them a user never seen). A durable user who opens an ephemeral session
         keeps the stored state from before it, staged here as of this record; the
         baseline versions folded meanwhile (the close of a durable session that the
         ephemeral one's start superseded) are staged when the user may be stored again.
-        ``silent`` (a replay) stages nothing: the checkpoint covered it."""
+        ``silent`` (a replay) stages nothing: the checkpoint covered it. ``defer`` (a
+        batch through the kernel, whose columns hold the state after the batch) leaves
+        forgetting to :meth:`settle`."""
+        state = result.state
         user_id = state.user_id
         if state.persistable:
             if not (silent or before.persistable or before.memory_only):
-                self._stage_held(user_id, partition)
+                self._stage_held(user_id, partition, result.baselines)
             self.memory_since.pop(user_id, None)
         elif state.memory_only:
             if state.session is None:
-                self.states.pop(user_id, None)
-                self.baselines.pop(user_id, None)
+                if defer:
+                    self.leaving.add(user_id)
+                else:
+                    self.columns.drop(user_id)
                 self.memory_since.pop(user_id, None)
             else:
                 self.memory_since.setdefault(user_id, offset)
         else:
             if before.persistable and not silent:
-                self.pending.stage_state(user_id, partition, before, offset)
+                self._stage_now(user_id, partition, before, offset)
                 self.stored.add(user_id)
                 self.as_of[user_id] = offset
             self.memory_since.setdefault(user_id, self.as_of.get(user_id, offset))
 
-    def _stage_held(self, user_id: str, partition: int) -> None:
+    def settle(self) -> None:
+        """After a batch through the kernel: forget the users it left memory-only outside a
+        session (as :meth:`track` does at once), and the slots of users it met but holds
+        nothing of (an event that raised)."""
+        columns = self.columns
+        for user_id in self.leaving:
+            shell = columns.shell_of(user_id)
+            if shell is None or (shell.memory_only and shell.session is None):
+                columns.drop(user_id)
+        self.leaving.clear()
+        for user_id in columns.fresh:
+            if user_id not in self.states and user_id not in self.baselines:
+                columns.drop(user_id)
+        columns.fresh.clear()
+
+    def _stage_held(self, user_id: str, partition: int, current: UserBaselines) -> None:
         """Stage a user's current baseline versions, which may not be stored yet: the
         stored state they follow from was held back from before an ephemeral session, and
         storing them with it would fold the superseded session twice on a replay. Versions
         are keyed by id, so one stored already is written again to no effect."""
-        current = self.baselines_of(user_id)
         for baseline in (current.attunement, current.semantic, current.safety):
             if baseline is not None and (partition, baseline) not in self.pending.baselines:
                 self.pending.baselines.append((partition, baseline))
@@ -126,23 +159,37 @@ class Memory:
     def stage(self, user_id: str, partition: int, as_of: int) -> None:
         """Stage a user's state as of ``as_of`` (its partition's next offset); a
         memory-only user's stored state goes (a durable user in an ephemeral session
-        keeps theirs)."""
-        state = self.state(user_id)
+        keeps theirs). The state is built when the checkpoint is taken (:meth:`take`)."""
+        state = self.columns.shell_of(user_id) or initial(user_id)
         if state.persistable:
-            self.pending.stage_state(user_id, partition, state, as_of)
+            self.staged[user_id] = (partition, as_of)
             self.stored.add(user_id)
             self.as_of[user_id] = as_of
         elif state.memory_only and user_id in self.stored:
-            self.pending.stage_state(user_id, partition, None)
+            self._stage_now(user_id, partition, None)
             self.stored.discard(user_id)
             self.as_of.pop(user_id, None)
 
     def take(self) -> BatchWrite:
         """The checkpoint staged since the last one, with the offset each of its partitions
         is replayed from after a crash; starts anew."""
+        for user_id in list(self.staged):
+            self._build_staged(user_id)
         write, self.pending = self.pending, BatchWrite(topic=topics.INPUT)
         for user_id, since in self.memory_since.items():
             p = self.user_partition.get(user_id, -1)
             if p in write.offsets:
                 write.replay_from[p] = min(since, write.replay_from.get(p, since))
         return write
+
+    def _stage_now(self, user_id: str, partition: int, state: UserState | None,
+                   as_of: int = 0) -> None:
+        """Stage ``state`` (None: drop the stored one) in place of any staged before."""
+        self.staged.pop(user_id, None)
+        self.pending.stage_state(user_id, partition, state, as_of)
+
+    def _build_staged(self, user_id: str) -> None:
+        """Stage the state :meth:`stage` named for the user, built from the columns now."""
+        staged = self.staged.pop(user_id, None)
+        if staged is not None:
+            self.pending.stage_state(user_id, staged[0], self.state(user_id), staged[1])

@@ -70,6 +70,7 @@ class Metrics:
     rejections: Counter
     unreadable_batches: Counter
     ticks: Counter
+    kernel_handoffs: Counter
     scores: Counter
     drift_score: Histogram
     drift_component: Histogram
@@ -168,6 +169,10 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
             "continuity_ticks",
             "Tick records applied: event time of a quiet partition moved on, in the log",
             registry=r),
+        kernel_handoffs=Counter(
+            "continuity_kernel_handoffs",
+            "Events the compiled kernel handed to the reference fold (session starts and "
+            "ends, checkpoints, mode and model changes, erasures)", registry=r),
         unreadable_batches=Counter(
             "continuity_unreadable_batches",
             "Input record batches that could not be read (CRC, codec, corrupt bytes), each "

@@ -100,4 +100,4 @@ class Rebuild:
 
     def _keep(self, before: UserState, result: Step, partition: int, offset: int) -> None:
         self.memory.put(result)
-        self.memory.track(before, result.state, partition, offset, silent=True)
+        self.memory.track(before, result, partition, offset, silent=True)

@@ -14,7 +14,7 @@ batch, and the effects are the ones the loop of ``step`` gives.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from drift.baseline import UserBaselines
 from drift.checkpoint import StepContext
@@ -40,12 +40,14 @@ class BatchFold:
 
     ``outcomes[i]`` is event ``i``'s :data:`Outcome`; with ``stopped_at`` set only the
     events before it were applied (and have outcomes). ``handoffs`` counts the events
-    the reference fold applied, ``stopped_at`` the first event left unapplied.
+    the reference fold applied, ``stopped_at`` the first event left unapplied, and
+    ``befores[i]`` is the state a handed-off event ``i`` was applied to.
     """
 
     outcomes: list[Outcome]
     handoffs: int
     stopped_at: int | None = None
+    befores: dict[int, UserState] = field(default_factory=dict)
 
     def effects(self, i: int) -> Effects | None:
         """Event ``i``'s effects (None if it raised or was not applied).
@@ -104,6 +106,7 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
     geom, params = columns.geometry_arrays()
     handoffs = 0
     stopped_at: int | None = None
+    befores: dict[int, UserState] = {}
     sides = [k for k, kind in enumerate(ev.kinds.tolist()) if kind == KIND_SIDE]
     side = 0
     i = 0
@@ -128,6 +131,7 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
         else:
             columns.put_at(s, result.state, result.baselines)
             outcomes[j] = result
+            befores[j] = state
         i = j + 1
     end = n if stopped_at is None else stopped_at
     for k, st in enumerate(ev.status[:end].tolist()):
@@ -142,7 +146,7 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
     for o in outcomes[:end]:
         assert o is not None, "every event before the end was applied"
         done.append(o)
-    return BatchFold(done, handoffs, stopped_at)
+    return BatchFold(done, handoffs, stopped_at, befores)
 
 
 def _sides(columns: UserColumns, ev: EventColumns, events: Sequence[FhrEvent],

@@ -66,6 +66,8 @@ class UserColumns:
         """Per slot, the last expiry hint with the baselines and ``last_used_s`` it is of."""
         self._free = list(range(capacity - 1, -1, -1))
         self._codes: dict[str, int] = {}
+        self.fresh: list[str] = []
+        """Users given a slot since the running batch began (:meth:`begin_batch`)."""
         self.states = _StateView(self)
         self.baselines = _BaselineView(self)
 
@@ -78,6 +80,22 @@ class UserColumns:
     def users(self) -> Iterator[str]:
         """Every user with a slot."""
         return iter(list(self._index))
+
+    def shell_of(self, user_id: str) -> UserState | None:
+        """The user's state object as last held, or None for a user without a state. Its
+        mode, session (whether one is open, and its mode) and ladder are the user's
+        current ones: the kernel moves only what the columns hold."""
+        s = self._index.get(user_id)
+        return None if s is None else self._shells[s]
+
+    def shells(self) -> Iterator[UserState]:
+        """Every held state object (as :meth:`shell_of`)."""
+        return (sh for sh in self._shells if sh is not None)
+
+    def put(self, user_id: str, state: UserState, baselines: UserBaselines | None) -> None:
+        """Hold ``state`` and ``baselines`` (if given) for the user (a slot if it has
+        none)."""
+        self.put_at(self.slot(user_id), state, baselines)
 
     # ------------------------------------------------------------------ slots
 
@@ -95,6 +113,7 @@ class UserColumns:
             self._grow()
         s = self._free.pop()
         self._index[user_id] = s
+        self.fresh.append(user_id)
         self._users[s] = user_id
         self._shells[s] = None
         self._baselines[s] = None
@@ -212,8 +231,10 @@ class UserColumns:
         return self.geometry.geom, self.geometry.params
 
     def begin_batch(self) -> None:
-        """Start numbering session ids anew (the numbers live for one batch)."""
+        """Start numbering session ids anew (the numbers live for one batch), and
+        :attr:`fresh` empty."""
         self._codes.clear()
+        self.fresh.clear()
 
     def session_code(self, session_id: str) -> int:
         """The number of ``session_id`` in the running batch.
@@ -259,6 +280,10 @@ class _SlotView:
 
     def _clear(self, s: int) -> None:
         raise NotImplementedError
+
+    def __contains__(self, user_id: object) -> bool:
+        s = self._cols._index.get(user_id) if isinstance(user_id, str) else None
+        return s is not None and self._holds(s)
 
     def __delitem__(self, user_id: str) -> None:
         s = self._slot(user_id)
