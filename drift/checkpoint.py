@@ -41,6 +41,8 @@ class StepContext:
     score: AttunementScore = score_attunement_drift
     """How the attunement statistic is computed: the reference's function, or one a caller
     of :func:`drift.fold.step` holds equal to it (the compiled batch kernel's)."""
+    event_ts_s: float | None = None
+    """The event's own time (``ts_s`` is it held at the user's clock); None for a timer."""
 
 
 def features_for(mode: Mode, available: tuple[str, ...]) -> tuple[str, ...]:

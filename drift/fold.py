@@ -90,7 +90,7 @@ def step(state: UserState, baselines: UserBaselines, event: FhrEvent, config: Dr
                                                                              event):
         return Step(state, baselines)
     ts = max(event.ts_s, state.clock_s)
-    ctx = StepContext(event.event_id, event.session_id, ts, config, score)
+    ctx = StepContext(event.event_id, event.session_id, ts, config, score, event.ts_s)
     swept = sweep(state, baselines, ts, config, ctx, score) if due(state, baselines, ts, config) \
         else None
     if swept is not None:

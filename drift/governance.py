@@ -50,9 +50,13 @@ def guard_after(guard: Guard, turn: Turn, config: DriftConfig) -> Guard:
 
 def violation(user_id: str, rule: Rule, reason: str, ctx: StepContext,
               session_id: str | None = None) -> Violation:
-    """A violation of ``rule`` caused by ``ctx``'s event; its id is derived from both."""
+    """A violation of ``rule`` caused by ``ctx``'s event; its id is derived from both, and
+    its time is the event's own: a copy of the event that comes back when nothing of the
+    first is kept (a memory-only user forgotten since) gives the same violation, not one
+    at a later clock under the same id."""
+    ts = ctx.ts_s if ctx.event_ts_s is None else ctx.event_ts_s
     return Violation(derive_id("violation", rule.value, user_id, ctx.event_id), user_id,
-                     session_id or ctx.session_id, ctx.ts_s, rule, reason, ctx.event_id)
+                     session_id or ctx.session_id, ts, rule, reason, ctx.event_id)
 
 
 def audit_write(state: UserState, write: MemoryWrite, ctx: StepContext

@@ -665,3 +665,21 @@ def test_one_continuity_session_writes_every_kind_of_baseline_with_the_model() -
     assert {m.model for m in baselines.metas()} == {MODEL_A}
     assert baselines.attunement is not None
     assert np.isfinite(np.asarray(baselines.attunement.late_profile)).all()
+
+
+def test_a_late_copy_of_a_forgotten_users_write_gives_the_same_violation() -> None:
+    """A memory-only user is forgotten when their session ends; a copy of one of its
+    relational writes that comes back after the user's next session started (nothing of
+    the first is kept to call it a duplicate) is a violation under the same id, with the
+    same payload: its time is the write's own, not the user's clock."""
+    from tests.builders import UserScript, relational_writes
+
+    script = UserScript("forgotten", seed=3)
+    script.session("eph", turns=6, ephemeral=True, extra=relational_writes(6, False))
+    write = next(e for e in script.events if e.event_type == "memory_write")
+    script.session("back", turns=3)
+    first = run(script.events).by_event[write.event_id]
+    again = run([*script.events, write]).by_event[write.event_id]
+    assert [o.kind for o in first] == [OutputKind.VIOLATION]
+    assert {payload(o) == payload(first[0]) for o in again} == {True}
+    assert len(again) == 2  # taken for new: the user was a user never seen since
