@@ -1,9 +1,11 @@
 """The processing engine: records in, the fold stepped, messages and store writes out.
 
 It knows nothing of Kafka clients: the shell (``streams.worker``) hands it batches
-of records and publishes what it returns. For each record the engine decodes,
-steps the user's fold, stages what the step asks for and observes metrics from
-the typed results; every decision is the core's.
+of records and publishes what it returns. The engine decodes a batch, folds its
+events through the compiled kernel (:func:`drift.kernel.fold_batch`, which hands the
+rare events to the reference fold), carries out each outcome in log order
+(:class:`streams.carry_out.CarryOut`) and observes metrics from the typed results;
+every decision is the core's.
 
 State lives in memory between checkpoints. A processed batch is a
 :class:`~streams.records.PendingBatch` (its messages); what it changed is staged in the engine's
@@ -31,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from baselines.store import BaselineStore, BatchWrite
-from drift.erasure import expiry_due, operator_erase, receipt
+from drift.erasure import expiry_due, operator_erase
 from drift.fold import Step, due, summarize, sweep
 from drift.kernel import fold_batch
 from drift.kernel.attunement import score_attunement
@@ -41,21 +43,20 @@ from drift.model import (
     Tick,
 )
 from drift.outputs import (
-    Effects,
-    ErasureCommand,
+    NO_EFFECTS,
     ErasureReceipt,
-    Output,
     SessionSummary,
     dead_letter_id,
 )
 from drift.state import UserState
 from streams import topics
+from streams.carry_out import CarryOut
 from streams.codec import decode_record
 from streams.memory import Memory
 from streams.meter import Meter
 from streams.metrics import Metrics
 from streams.rebuild import Rebuild
-from streams.records import InputRecord, OutMessage, PendingBatch, dead_letter
+from streams.records import InputRecord, OutMessage, PendingBatch
 from streams.rejection import Rejection
 from streams.wire import DeadLetter, encode
 
@@ -90,6 +91,7 @@ class Engine:
         """When (wall clock) each partition's last record was processed."""
         self.meter = Meter(metrics)
         self.memory = Memory(self.meter, config)
+        self.carry = CarryOut(store, self.memory, self.meter)
         self.rebuild = Rebuild(self.memory, self.next_offsets, config, app_id)
 
     # ------------------------------------------------------------------ partitions
@@ -188,7 +190,8 @@ class Engine:
                     and self.expiring(p, item.ts_s):
                 batch.stopped_at = index
                 break
-            self._advance(record, now)
+            self.next_offsets[p] = self.memory.pending.offsets[p] = record.offset + 1
+            self.seen_at[p] = now
             ahead[p] = record.offset + 1
             if item.app_id == self.app_id:
                 self._tick(p, record.offset, item.ts_s, batch, touched)
@@ -204,124 +207,74 @@ class Engine:
               stop_before_erasure: bool) -> int | None:
         """Fold the events of the records at ``run`` (indices, in log order) through the
         kernel and carry out each record's outcome in order; the index of the record it
-        stopped before, if it did."""
+        stopped before, if it did.
+
+        An event the kernel took has no effects and changes nothing :meth:`Memory.track`
+        follows (the user's mode, whether a session is open): it is counted, and its user
+        staged. A step of the reference is carried out, and tracked from the state it was
+        applied to."""
         events = [e for e in (items[i] for i in run) if isinstance(e, FhrEvent)]
         folded = fold_batch(self.memory.columns, events, self.config,
                             stop_before_erasure=stop_before_erasure)
         if folded.handoffs:
             self.metrics.kernel_handoffs.inc(folded.handoffs)
+        outcomes, befores = folded.outcomes, folded.befores
+        user_partition, watermarks = self.memory.user_partition, self.watermarks
+        counted: list[FhrEvent] = []
+        last: dict[int, int] = {}
         k = 0
         stopped: int | None = None
         for index in run:
             record, item = records[index], items[index]
+            p = record.partition
             if isinstance(item, FhrEvent):
                 if k == folded.stopped_at:
                     stopped = index
                     break
-                outcome, before = folded.outcomes[k], folded.befores.get(k)
+                outcome = outcomes[k]
                 k += 1
-                self._advance(record, now)
-                if not isinstance(outcome, Exception):
-                    if self._process_event(item, outcome, before, record, batch, touched,
-                                           now):
-                        batch.source_timestamps.append(record.timestamp)
+                last[p] = record.offset
+                if isinstance(outcome, Exception):
+                    self.carry.dead_letter(record, _processing_error(outcome, item.event_id, record),
+                                      batch)
+                    batch.source_timestamps.append(record.timestamp)
                     continue
-                item = _processing_error(outcome, item.event_id, record)
+                counted.append(item)
+                user_id = item.user_id
+                user_partition[user_id] = p
+                if item.ts_s > watermarks.get(p, 0.0):
+                    watermarks[p] = item.ts_s
+                if outcome is NO_EFFECTS:
+                    touched[user_id] = p
+                elif isinstance(outcome, Step):
+                    if self._carry_out(outcome, befores[k - 1], record, batch):
+                        batch.source_timestamps.append(record.timestamp)
+                    if not outcome.effects.duplicate:
+                        touched[user_id] = p
+                elif not outcome.duplicate:
+                    touched[user_id] = p
             else:
-                self._advance(record, now)
-            assert isinstance(item, Rejection)
-            self._dead_letter(record, item, batch)
-            batch.source_timestamps.append(record.timestamp)
+                assert isinstance(item, Rejection)
+                last[p] = record.offset
+                self.carry.dead_letter(record, item, batch)
+                batch.source_timestamps.append(record.timestamp)
+        pending_offsets = self.memory.pending.offsets
+        for p, offset in last.items():
+            self.next_offsets[p] = pending_offsets[p] = offset + 1
+            self.seen_at[p] = now
+        self.meter.events(counted, now)
         self.memory.settle()
         return stopped
 
-    def _advance(self, record: InputRecord, now: float) -> None:
-        """The record's partition goes on after it."""
-        p = record.partition
-        self.next_offsets[p] = self.memory.pending.offsets[p] = record.offset + 1
-        self.seen_at[p] = now
-
-    def _process_event(self, event: FhrEvent, outcome: Step | Effects, before: UserState | None,
-                       record: InputRecord, batch: PendingBatch, touched: dict[str, int],
-                       now: float) -> bool:
-        """Count and carry out one event's outcome (``before``: the state a step was
-        applied to); whether it has outputs. An event the kernel took has no effects, and
-        changes nothing :meth:`Memory.track` follows (the user's mode, whether a session
-        is open)."""
-        self.meter.event(event)
-        self.meter.lags.append(max(0.0, now - event.ts_s))
-        user_id, partition = event.user_id, record.partition
-        self.memory.user_partition[user_id] = partition
-        if event.ts_s > self.watermarks.get(partition, 0.0):
-            self.watermarks[partition] = event.ts_s
-        if not isinstance(outcome, Step):
-            if not outcome.duplicate:
-                touched[user_id] = partition
+    def _carry_out(self, result: Step, before: UserState, record: InputRecord,
+                   batch: PendingBatch) -> bool:
+        """Carry out a step of the reference fold (``before``: the state it was applied to);
+        whether it has outputs."""
+        if result.effects.duplicate:
             return False
-        if outcome.effects.duplicate:
-            return False
-        assert before is not None, "a step's state before it comes with it"
-        self._apply(outcome, partition, batch)
-        self.memory.track(before, outcome, partition, record.offset, defer=True)
-        touched[user_id] = partition
-        return bool(outcome.effects.outputs)
-
-    def _apply(self, result: Step, partition: int, batch: PendingBatch) -> None:
-        """Carry out a step's effects: store writes, then messages (the caller holds its
-        state)."""
-        state = result.state
-        effects = result.effects
-        if effects.empty:
-            return
-        for write in effects.writes:
-            if isinstance(write, ErasureCommand):
-                self._erase(write, partition, batch)
-            elif state.persistable:
-                self.memory.pending.baselines.append((partition, write))
-                self.meter.count(self.metrics.baseline_versions, write.meta.kind.value)
-        for out in effects.outputs:
-            self.meter.output(out)
-            self._publish(batch, out, partition)
-        if not state.memory_only:  # a durable session's summary, even closed by an ephemeral
-            self.memory.pending.sessions.extend((partition, s) for s in effects.sessions)
-
-    def _erase(self, command: ErasureCommand, partition: int, batch: PendingBatch
-               ) -> ErasureReceipt:
-        """Carry out an erasure on the store and publish its receipt."""
-        self._flush_pending(command.user_id)
-        result = self.store.erase(command, partition)
-        batch.erased.add(partition)
-        self.meter.erasure(result)
-        done = receipt(command, result)
-        if not result.repeat:  # else its receipt went out with the first request
-            self._publish(batch, done, partition)
-        return done
-
-    def _flush_pending(self, user_id: str) -> None:
-        """Write a user's baseline versions staged since the checkpoint before erasing them.
-
-        The erasure then finds, tombstones and verifies them like older versions.
-        Writing them early is safe: versions are immutable and keyed by id, so a
-        replay after a crash writes the same rows again.
-        """
-        pending = self.memory.pending
-        mine = [(p, b) for p, b in pending.baselines if b.meta.user_id == user_id]
-        if mine:
-            pending.baselines = [(p, b) for p, b in pending.baselines
-                                 if b.meta.user_id != user_id]
-            self.store.commit_batch(BatchWrite(topic=topics.INPUT, baselines=mine))
-
-    def _publish(self, batch: PendingBatch, out: Output, partition: int) -> None:
-        topic = topics.OUTPUT_TOPICS[out.kind]
-        self.meter.count(self.metrics.outputs, topic)
-        batch.messages.append(OutMessage(topic, out.user_id.encode("utf-8"), encode(out),
-                                         partition))
-
-    def _dead_letter(self, record: InputRecord, rejection: Rejection, batch: PendingBatch) -> None:
-        self.meter.count(self.metrics.rejections, rejection.reason)
-        letter = dead_letter(rejection, record.partition, record.offset)
-        batch.messages.append(OutMessage(topics.DEADLETTER, record.key or b"", encode(letter),
-                                         record.partition))
+        self.carry.step(result, record.partition, batch)
+        self.memory.track(before, result, record.partition, record.offset, defer=True)
+        return bool(result.effects.outputs)
 
     def unreadable(self, partition: int, first_offset: int, last_offset: int, reason: str
                    ) -> PendingBatch:
@@ -406,7 +359,7 @@ class Engine:
             if result.effects.empty and result.state is state:
                 continue
             memory.put(result)
-            self._apply(result, partition, batch)
+            self.carry.step(result, partition, batch)
             memory.track(state, result, partition, offset)
             touched[user_id] = partition
 
@@ -420,7 +373,7 @@ class Engine:
         known = user_id in memory.states
         state, baselines, command = operator_erase(
             memory.state(user_id), memory.baselines_of(user_id), request_id, self.config)
-        done = self._erase(command, partition, batch)
+        done = self.carry.erase(command, partition, batch)
         self.meter.flush()
         if known:
             memory.put(Step(state, baselines))

@@ -8,7 +8,14 @@ from collections.abc import Iterable
 
 from prometheus_client import Counter, Histogram
 
-from drift.model import FhrEvent, MemoryWrite, MemoryWriteBlocked, Mode, NoticeShown
+from drift.model import (
+    EVENT_TYPES,
+    FhrEvent,
+    MemoryWrite,
+    MemoryWriteBlocked,
+    Mode,
+    NoticeShown,
+)
 from drift.outputs import (
     Action,
     DriftScore,
@@ -25,6 +32,9 @@ from drift.outputs import (
 )
 from drift.state import UserState
 from streams.metrics import Metrics, observe_many
+
+#: The event types whose bodies move a metric of their own (:meth:`Meter.events`).
+_BODY_COUNTED = frozenset(EVENT_TYPES[b] for b in (MemoryWrite, MemoryWriteBlocked, NoticeShown))
 
 
 class Meter:
@@ -62,9 +72,26 @@ class Meter:
         observe_many(self.metrics.event_time_lag, self.lags)
         self.lags.clear()
 
-    def event(self, event: FhrEvent) -> None:
+    def events(self, events: list[FhrEvent], now: float) -> None:
+        """Count ``events`` by type (and what some bodies say), and observe their event-time
+        lag at wall time ``now``."""
         m = self.metrics
-        self.count(m.events, event.event_type)
+        types: dict[str, int] = {}
+        for event in events:
+            t = event.event_type
+            types[t] = types.get(t, 0) + 1
+        counts = self._counts
+        for t, n in types.items():
+            child = m.of(m.events, t)
+            counts[child] = counts.get(child, 0) + n
+        if types.keys() & _BODY_COUNTED:
+            for event in events:
+                if event.event_type in _BODY_COUNTED:
+                    self._body(event)
+        self.lags.extend([max(0.0, now - event.ts_s) for event in events])
+
+    def _body(self, event: FhrEvent) -> None:
+        m = self.metrics
         body = event.body
         if isinstance(body, MemoryWrite):
             self.count(m.memory_writes, body.memory_class)
