@@ -537,7 +537,11 @@ class WorkerRun:
         if self.workers > 1:
             self.argv += ["--workers", str(self.workers)]
         self._log = open(self.base / f"{self.name}.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd + self.argv, cwd=ROOT, env=clean_env(),
+        # PYTHONSAFEPATH: `python -m` must not put the working directory (this tree) before
+        # PYTHONPATH, so that a --worker-cmd of "env PYTHONPATH=<checkout> python -m
+        # streams.cli" runs that checkout (without it, it silently ran this tree).
+        env = {**clean_env(), "PYTHONSAFEPATH": "1"}
+        self.proc = subprocess.Popen(cmd + self.argv, cwd=ROOT, env=env,
                                      stdout=self._log, stderr=self._log)
         return self
 

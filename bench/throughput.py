@@ -410,7 +410,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "[worker], drift.recent_event_ids=128 to [drift] (repeatable)")
     parser.add_argument("--worker-cmd", default=None,
                         help="command that starts a worker instead of continuity-drift, e.g. "
-                             "to compare a modified build (its 'run' arguments are appended)")
+                             "another checkout: \"env PYTHONPATH=../before python -m "
+                             "streams.cli\" (its 'run' arguments are appended)")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="keep worker data, logs and generated scripts here (default: a "
