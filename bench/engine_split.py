@@ -6,11 +6,13 @@ the engine's instructions for an A/B; this splits the engine's cost by concern, 
 limits the worker can be read as a table instead of a flame graph:
 
 - decode (``Engine.decode``: msgspec, validation, domain values);
-- the fold (``drift.kernel.fold_batch``): the compiled kernel (``apply_turns``), and the
-  events it hands to the reference (``drift.fold.step``), inside which scoring at
-  checkpoints (``checkpoint``: the attunement test, the composite, the response ladder), the
-  attunement test alone, re-attunement, the baseline fold at session end and the session
+- the fold (``drift.kernel.fold_batch``): the compiled kernel (``apply_turns``), the
+  turns it took that reach a checkpoint (scored by its caller), and the events it hands
+  to the reference
+  (``drift.fold.step``): re-attunement, the baseline fold at session end, the session
   start;
+- scoring at checkpoints wherever the fold calls it (``checkpoint``: the attunement test,
+  the composite, the response ladder), and the attunement test alone;
 - the shell (``Engine.process`` less decode and fold: metrics, output encoding, staging);
 - the checkpoint write (``rows_of`` + ``apply_rows``, every 5,000 records as in
   ``bench/instructions.py``).
@@ -49,13 +51,17 @@ PARTS = (
     ("decode", "streams.engine", "Engine.decode", "engine (Engine.process)"),
     ("fold (fold_batch)", "streams.engine", "fold_batch", "engine (Engine.process)"),
     ("kernel (apply_turns)", "drift.kernel.batch", "apply_turns", "fold (fold_batch)"),
+    ("turns the kernel scored", "drift.kernel.batch", "_score", "fold (fold_batch)"),
     ("hand-offs (drift.fold.step)", "drift.kernel.batch", "step", "fold (fold_batch)"),
-    ("scoring at checkpoints", "drift.fold", "checkpoint", "hand-offs (drift.fold.step)"),
-    ("attunement test", "drift.checkpoint", "attunement_test", "scoring at checkpoints"),
     ("re-attunement", "drift.fold", "reattune", "hand-offs (drift.fold.step)"),
     ("baseline fold at session end", "drift.fold", "fold_session",
      "hand-offs (drift.fold.step)"),
     ("session start", "drift.fold", "_session_start", "hand-offs (drift.fold.step)"),
+    # Scoring runs in both of the fold's paths (a turn the kernel scored, and a session's
+    # last checkpoint at its end in a hand-off): its own row, wrapped where each calls it.
+    ("scoring at checkpoints", "drift.model_change", "checkpoint", None),
+    ("scoring at checkpoints", "drift.fold", "checkpoint", None),
+    ("attunement test", "drift.checkpoint", "attunement_test", "scoring at checkpoints"),
 )
 
 
@@ -130,7 +136,7 @@ def table(timers: Timers, write_s: float, total_s: float, n: int) -> list[str]:
     lines = ["| part | us/record | share | calls | us/call |", "|---|---:|---:|---:|---:|"]
 
     def walk(parent: str | None, depth: int) -> None:
-        kids = [label for label, _, _, p in PARTS if p == parent]
+        kids = list(dict.fromkeys(label for label, _, _, p in PARTS if p == parent))
         for label in kids:
             lines.append(row(label, timers.seconds[label], timers.calls[label], depth))
             walk(label, depth + 1)

@@ -46,7 +46,7 @@ from drift.model import (
     SessionStart,
     Turn,
 )
-from drift.model_change import check_disclosure, detect, notice_shown, reattune
+from drift.model_change import check_disclosure, detect, notice_shown, reattune, turn_reached
 from drift.outputs import NO_EFFECTS, Effects, ErasureCommand, Output, SessionSummary
 from drift.rebaseline import MAX_SEMANTIC_ITEMS, fold_session, reconfirm
 from drift.state import RecentEvents, SessionState, TurnLog, UserState, event_hash
@@ -358,14 +358,7 @@ def _turn(state: UserState, session: SessionState, session_changes: dict[str, An
     turns = session.turns.add(transform_turn(body), config)
     state = evolve(state, session=evolve(session, guard=guard, turns=turns, **session_changes),
                    **state_changes)
-    n = turns.n_turns
-    outputs: tuple[Output, ...] = ()
-    if n >= config.checkpoint_turn and (n - config.checkpoint_turn) % config.checkpoint_every == 0:
-        state, outputs = checkpoint(state, baselines, ctx, f"turn_{n}")
-    if n == config.reattune_checkpoint_turn:
-        state, disclosed = check_disclosure(state, ctx)
-        state, reattuned = reattune(state, baselines, ctx)
-        outputs += disclosed + reattuned
+    state, outputs = turn_reached(state, baselines, ctx)
     return Step(state, baselines, Effects(outputs) if outputs else NO_EFFECTS)
 
 

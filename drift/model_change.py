@@ -9,7 +9,7 @@ at the re-attunement checkpoint the disclosure is checked
 from __future__ import annotations
 
 from drift.baseline import UserBaselines, derive_id
-from drift.checkpoint import StepContext, features_for
+from drift.checkpoint import StepContext, checkpoint, features_for
 from drift.composite import semantic_drift
 from drift.evolve import evolve
 from drift.governance import violation
@@ -78,6 +78,25 @@ def check_disclosure(state: UserState, ctx: StepContext) -> tuple[UserState, tup
         return state, ()
     return state, (violation(state.user_id, Rule.MODEL_CHANGE_UNDISCLOSED, "notice_not_shown",
                              ctx, session.session_id),)
+
+
+def turn_reached(state: UserState, baselines: UserBaselines, ctx: StepContext
+                 ) -> tuple[UserState, tuple[Output, ...]]:
+    """What the turn just added to the open session's log reaches: a checkpoint (tagged with
+    the turn's number), and at the re-attunement turn the disclosure check and the
+    re-attunement. The reference fold (:func:`drift.fold.step`) and the compiled kernel's
+    caller both score turns here."""
+    session = state.session
+    assert session is not None
+    config, n = ctx.config, session.turns.n_turns
+    outputs: tuple[Output, ...] = ()
+    if n >= config.checkpoint_turn and (n - config.checkpoint_turn) % config.checkpoint_every == 0:
+        state, outputs = checkpoint(state, baselines, ctx, f"turn_{n}")
+    if n == config.reattune_checkpoint_turn:
+        state, disclosed = check_disclosure(state, ctx)
+        state, reattuned = reattune(state, baselines, ctx)
+        outputs += disclosed + reattuned
+    return state, outputs
 
 
 def reattune(state: UserState, baselines: UserBaselines, ctx: StepContext

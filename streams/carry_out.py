@@ -9,6 +9,8 @@ out on the store at once, and each output becomes a message of the batch.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from baselines.store import BaselineStore, BatchWrite
 from drift.erasure import receipt
 from drift.fold import Step
@@ -43,11 +45,15 @@ class CarryOut:
             elif state.persistable:
                 self.memory.pending.baselines.append((partition, write))
                 self.meter.count(self.metrics.baseline_versions, write.meta.kind.value)
-        for out in effects.outputs:
-            self.meter.output(out)
-            self.publish(batch, out, partition)
+        self.outputs(effects.outputs, partition, batch)
         if not state.memory_only:  # a durable session's summary, even closed by an ephemeral
             self.memory.pending.sessions.extend((partition, s) for s in effects.sessions)
+
+    def outputs(self, outputs: Iterable[Output], partition: int, batch: PendingBatch) -> None:
+        """Observe and publish each output."""
+        for out in outputs:
+            self.meter.output(out)
+            self.publish(batch, out, partition)
 
     def erase(self, command: ErasureCommand, partition: int, batch: PendingBatch
               ) -> ErasureReceipt:

@@ -209,9 +209,9 @@ class Engine:
         kernel and carry out each record's outcome in order; the index of the record it
         stopped before, if it did.
 
-        An event the kernel took has no effects and changes nothing :meth:`Memory.track`
-        follows (the user's mode, whether a session is open): it is counted, and its user
-        staged. A step of the reference is carried out, and tracked from the state it was
+        An event the kernel took has no effects but a checkpoint's outputs, and changes
+        nothing :meth:`Memory.track` follows (the user's mode, whether a session is open):
+        it is counted, its outputs published, and its user staged. A step of the reference is carried out, and tracked from the state it was
         applied to."""
         events = [e for e in (items[i] for i in run) if isinstance(e, FhrEvent)]
         folded = fold_batch(self.memory.columns, events, self.config,
@@ -253,6 +253,9 @@ class Engine:
                         touched[user_id] = p
                 elif not outcome.duplicate:
                     touched[user_id] = p
+                    if outcome.outputs:  # a checkpoint the kernel's caller scored
+                        self.carry.outputs(outcome.outputs, p, batch)
+                        batch.source_timestamps.append(record.timestamp)
             else:
                 assert isinstance(item, Rejection)
                 last[p] = record.offset

@@ -7,8 +7,11 @@ fold (its user's state built from the columns and loaded back after); the kernel
 then goes on from the next event. A ``semantic``, a shown notice or a blocked write
 of the open session is the kernel's for the clock, the ring and ``last_s``; the
 rest of it (:func:`drift.fold.dispatch`) is applied to the user's state object
-before the next hand-off. Events are therefore applied exactly in the order of the
-batch, and the effects are the ones the loop of ``step`` gives.
+before the next hand-off. A turn that reaches a checkpoint is the kernel's too, and the
+checkpoint (and the re-attunement turn) is scored here on the rows the columns hold,
+with the reference's own function (:func:`drift.model_change.turn_reached`), before the
+user's next event. Events are therefore applied exactly in the order of the batch, and the
+effects are the ones the loop of ``step`` gives.
 """
 
 from __future__ import annotations
@@ -22,16 +25,18 @@ from drift.fold import DUPLICATE, Step, dispatch, may_erase, step
 from drift.kernel.attunement import score_attunement
 from drift.kernel.columns import UserColumns
 from drift.kernel.events import EventColumns
-from drift.kernel.layout import KIND_SIDE, ST_APPLIED, ST_DUPLICATE, ST_SIDE
+from drift.kernel.layout import F_CLOCK, KIND_SIDE, ST_APPLIED, ST_DUPLICATE, ST_SCORED, ST_SIDE
 from drift.kernel.turns import apply_turns
 from drift.model import DriftConfig, FhrEvent
+from drift.model_change import turn_reached
 from drift.outputs import NO_EFFECTS, Effects
 from drift.state import UserState
 
 Outcome = Step | Effects | Exception
 """What one event did: a :class:`~drift.fold.Step` when the reference fold applied it,
-the (empty or duplicate) :class:`~drift.outputs.Effects` when the kernel did, or the
-exception the reference raised (the user's state is then as before the event)."""
+the :class:`~drift.outputs.Effects` when the kernel did (empty, a duplicate's, or the
+outputs of a checkpoint it reached), or the exception the reference raised (the user's
+state is then as before the event)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +100,7 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
     >>> cols = UserColumns(DriftConfig())
     >>> done = fold_batch(cols, log + log[2:3], DriftConfig())
     >>> done.handoffs, [type(o).__name__ for o in done.outcomes[:2]], done.outcomes[-1].duplicate
-    (2, ['Step', 'Effects'], True)
+    (1, ['Step', 'Effects'], True)
     >>> cols.states["u"].session.turns.n_turns, cols.states["u"].clock_s
     (7, 70.0)
     """
@@ -119,6 +124,10 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
             break
         s = ev.slot_list[j]
         event = events[j]
+        if ev.status[j] == ST_SCORED:
+            outcomes[j] = _score(columns, s, event, config)
+            i = j + 1
+            continue
         state, baselines = columns.state_at(s), columns.baselines_at(s)
         if stop_before_erasure and _may_erase(state, baselines, event, config):
             stopped_at = j
@@ -167,6 +176,17 @@ def _sides(columns: UserColumns, ev: EventColumns, events: Sequence[FhrEvent],
         ctx = StepContext(event.event_id, event.session_id, event.ts_s, config)
         columns.keep_shell(s, dispatch(shell, columns.baselines_at(s), event, ctx).state)
     return at
+
+
+def _score(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -> Effects:
+    """What a turn the kernel took reaches (a checkpoint, the re-attunement turn), on the
+    turn log's rows the columns hold (:func:`drift.model_change.turn_reached`, as the
+    reference's turn); its outputs."""
+    ctx = StepContext(event.event_id, event.session_id, float(columns.fcols[s, F_CLOCK]),
+                      config, score_attunement, event.ts_s)
+    state, outputs = turn_reached(columns.looked_at(s), columns.baselines_at(s), ctx)
+    columns.keep_looked(s, state)
+    return Effects(outputs) if outputs else NO_EFFECTS
 
 
 def _may_erase(state: UserState, baselines: UserBaselines, event: FhrEvent,

@@ -17,13 +17,18 @@ import numpy as np
 import numpy.typing as npt
 
 from drift.baseline import UserBaselines
+from drift.evolve import evolve
 from drift.kernel.convert import expiry_hint, load, materialize
 from drift.kernel.layout import (
     DIRTY_SESSION,
     DIRTY_USER,
     F_EXPIRE,
+    I_CURRENT,
+    I_EARLY,
     I_FLAGS,
     I_SESSION,
+    I_TURNS,
+    N_FEATURES,
     PY_ONLY,
     Geometry,
 )
@@ -196,6 +201,33 @@ class UserColumns:
     def keep_shell(self, s: int, state: UserState) -> None:
         """Hold ``state`` as slot ``s``'s state object, whose parts the columns hold stay
         the columns' (:func:`drift.fold.dispatch` of a side event changed none of them)."""
+        self._shells[s] = state
+
+    def looked_at(self, s: int) -> UserState:
+        """Slot ``s``'s state object with its open session's turn log as a checkpoint and
+        the re-attunement read it: the number of turns, the rows since the last look and
+        the early rows from the columns (the log's window sums and late rows are the
+        object's, and may be older than the columns')."""
+        shell = self.shell_at(s)
+        session = shell.session
+        assert session is not None and session.turns is not None
+        turns = evolve(session.turns, n_turns=int(self.icols[s, I_TURNS]),
+                       current_rows=self._rows(s, self.geometry.f_current, I_CURRENT),
+                       early_rows=self._rows(s, self.geometry.f_early, I_EARLY))
+        return evolve(shell, session=evolve(session, turns=turns))
+
+    def _rows(self, s: int, at: int, count: int) -> tuple[tuple[float, ...], ...]:
+        n = int(self.icols[s, count])
+        return tuple(map(tuple, self.fcols[s, at:at + n * N_FEATURES].reshape(
+            n, N_FEATURES).tolist()))
+
+    def keep_looked(self, s: int, state: UserState) -> None:
+        """Hold ``state``, scored from :meth:`looked_at`'s, as slot ``s``'s state object:
+        its ladder, the session's score count, top tier, looks and re-attunement are the
+        slot's now, and a checkpoint consumed the columns' rows since the last look."""
+        session = state.session
+        assert session is not None and session.turns is not None
+        self.icols[s, I_CURRENT] = len(session.turns.current_rows)
         self._shells[s] = state
 
     def baselines_at(self, s: int) -> UserBaselines:

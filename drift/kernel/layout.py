@@ -66,6 +66,7 @@ ST_PENDING = 0
 ST_APPLIED = 1
 ST_DUPLICATE = 2
 ST_SIDE = 3  # taken; its change to the open session's other fields is the caller's to make
+ST_SCORED = 4  # a turn at a checkpoint, taken; the caller scores it before the next event
 
 #: A baseline can be past its TTL from one second before its hint: a margin far wider than
 #: the rounding of ``now - used > ttl`` at epoch seconds, so the kernel only ever hands off

@@ -12,16 +12,19 @@
 * a ``semantic``, ``model_change_notice_shown`` or ``memory_write_blocked`` event of the
   open session moves the clock, the ring and ``last_s`` the same way and is marked
   ``ST_SIDE``: what else it changes lives outside the columns, and the caller applies
-  it (:func:`drift.fold.side_step`) before the next hand-off;
+  it (:func:`drift.fold.dispatch`) before the next hand-off;
+* a turn that reaches a checkpoint or the re-attunement turn is taken like a plain one
+  and marked ``ST_SCORED``, and the kernel returns its index: the caller scores it
+  (:func:`drift.model_change.turn_reached`, on the turn log's rows the columns hold)
+  and calls again from the next event.
 
 It stops at the first event it cannot take and returns its index: any other event
-type, a turn of a session that is not open, a turn that reaches a checkpoint or the
-re-attunement turn, a turn by whose time an idle close or an expiry may be due, an
-ephemeral turn of a durable session, a memory-only user's event older than their open
-session, a row that would not fit, a slot the columns cannot hold. The caller hands that
-event to the reference fold and calls again from the next one, so every user's
-events are applied in log order. The arithmetic is the reference's, in its order
-(no fast-math), so the sums are equal to the last bit.
+type, a turn of a session that is not open, a turn by whose time an idle close or an
+expiry may be due, an ephemeral turn of a durable session, a memory-only user's event
+older than their open session, a row that would not fit, a slot the columns cannot
+hold. The caller hands that event to the reference fold and calls again from the next
+one, so every user's events are applied in log order. The arithmetic is the
+reference's, in its order (no fast-math), so the sums are equal to the last bit.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from drift.kernel.layout import (
     SESSION_EPHEMERAL,
     ST_APPLIED,
     ST_DUPLICATE,
+    ST_SCORED,
     ST_SIDE,
 )
 
@@ -172,17 +176,18 @@ def apply_turns(start: int, stop_before_erasure: bool,
             return i  # a turn of a session not open (a memory-only user stays unseen)
         baselining = matched and (flags & BASELINING) != 0
         n_turns = icols[s, I_TURNS] + 1
+        scored = False
         if matched:
             if (ev_flags[i] & EV_EPHEMERAL) != 0 and (flags & SESSION_EPHEMERAL) == 0:
                 return i
             if baselining and kind == KIND_TURN:
-                if n_turns >= checkpoint_turn \
-                        and (n_turns - checkpoint_turn) % checkpoint_every == 0:
-                    return i
-                if n_turns == reattune_turn or icols[s, I_CURRENT] >= cap_current:
+                if icols[s, I_CURRENT] >= cap_current:
                     return i
                 if n_turns <= reattune_turn and icols[s, I_EARLY] >= cap_early:
                     return i
+                scored = n_turns == reattune_turn or (
+                    n_turns >= checkpoint_turn
+                    and (n_turns - checkpoint_turn) % checkpoint_every == 0)
         # Taken: the dedupe ring keeps the fingerprint, dropping the oldest when full.
         if ring_len >= cap_ring:
             head = icols[s, I_RING_HEAD]
@@ -217,5 +222,8 @@ def apply_turns(start: int, stop_before_erasure: bool,
                 _add_turn(s, i, n_turns, ev_rows, icols, fcols, n_windows, checkpoint_every,
                           reattune_turn, cap_late, f_current, f_early, f_late)
         icols[s, I_FLAGS] = flags
+        if scored:
+            status[i] = ST_SCORED
+            return i  # the caller scores the checkpoint before the user's next event
         status[i] = ST_APPLIED
     return int(n)

@@ -26,7 +26,8 @@ def test_engine_split_times_every_part_of_a_real_run() -> None:
     assert 0 < int(rows["hand-offs (drift.fold.step)"]["calls"]) < 3000
     # The simulated users reach checkpoints, session ends and re-attunement.
     for part in ("scoring at checkpoints", "attunement test", "re-attunement",
-                 "baseline fold at session end", "session start"):
+                 "baseline fold at session end", "session start",
+                 "turns the kernel scored"):
         assert int(rows[part]["calls"]) > 0, part
     # Nested parts are inside their parent: no "rest" is negative.
     for label, row in rows.items():

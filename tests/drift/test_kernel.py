@@ -191,11 +191,19 @@ def test_the_guard_folds_every_blocking_state_as_the_reference(
                 f"batch={batch}")
 
 
-def test_the_kernel_takes_plain_turns_and_hands_off_checkpoints() -> None:
+def test_the_kernel_takes_turns_and_scores_checkpoints_and_hands_off_session_events(
+        ) -> None:
     events = _users_log([[Plan(Mode.FULL, 0, "g1", 12, 0.0, (), True, 60.0)] * 3], 0, 0, 0)
-    _, handoffs = kernel(events, DriftConfig(), 1000)
-    # Per session: the start, turns 5 and 10 (checkpoints, re-attunement) and the end.
-    assert handoffs == 3 * 4
+    expected = reference(events, DriftConfig())
+    got, handoffs = kernel(events, DriftConfig(), 1000)
+    assert_same(expected, got, "three sessions")
+    # Per session the start and the end go to the reference; turns 5 (a checkpoint and
+    # the re-attunement) and 10 (a checkpoint) are scored on the columns' rows.
+    assert handoffs == 3 * 2
+    scored = [k for k, e in enumerate(events) if isinstance(e.body, Turn)
+              and e.body.turn in (5, 10) and k > len(events) // 3]
+    assert {type(o).__name__ for k in scored for o in got.effects[k].outputs} == {
+        "DriftScore", "ReattuneQualityScore"}  # the first session has no baseline
 
 
 def test_a_state_that_does_not_fit_the_columns_is_folded_by_the_reference() -> None:
