@@ -118,14 +118,18 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
     while i < n:
         icols, fcols, rings = columns.arrays()
         j = apply_turns(i, stop_before_erasure, *event_arrays, icols, fcols, rings, geom,
-                        params)
+                        params, *columns.saved)
         side = _sides(columns, ev, events, sides, side, j, config)
         if j >= n:
             break
         s = ev.slot_list[j]
         event = events[j]
         if ev.status[j] == ST_SCORED:
-            outcomes[j] = _score(columns, s, event, config)
+            try:
+                outcomes[j] = _score(columns, s, event, config)
+            except Exception as exc:  # noqa: BLE001 - as a step that raises: no change
+                columns.restore(s)
+                outcomes[j] = exc
             i = j + 1
             continue
         state, baselines = columns.state_at(s), columns.baselines_at(s)

@@ -70,6 +70,10 @@ class UserColumns:
         self._hints: list[tuple[UserBaselines, float, float] | None] = [None] * capacity
         """Per slot, the last expiry hint with the baselines and ``last_used_s`` it is of."""
         self._free = list(range(capacity - 1, -1, -1))
+        self.saved = (np.zeros(g.i_width, np.int64), np.zeros(g.f_width, np.float64),
+                      np.zeros(g.ring, np.uint64))
+        """One slot's rows as the kernel saved them before a turn it scores (its caller
+        puts them back if the scoring raises: :meth:`restore`)."""
         self._codes: dict[str, int] = {}
         self.fresh: list[str] = []
         """Users given a slot since the running batch began (:meth:`begin_batch`)."""
@@ -220,6 +224,10 @@ class UserColumns:
         n = int(self.icols[s, count])
         return tuple(map(tuple, self.fcols[s, at:at + n * N_FEATURES].reshape(
             n, N_FEATURES).tolist()))
+
+    def restore(self, s: int) -> None:
+        """Put back slot ``s``'s rows as the kernel saved them (:attr:`saved`)."""
+        self.icols[s], self.fcols[s], self.rings[s] = self.saved
 
     def keep_looked(self, s: int, state: UserState) -> None:
         """Hold ``state``, scored from :meth:`looked_at`'s, as slot ``s``'s state object:

@@ -16,7 +16,9 @@
 * a turn that reaches a checkpoint or the re-attunement turn is taken like a plain one
   and marked ``ST_SCORED``, and the kernel returns its index: the caller scores it
   (:func:`drift.model_change.turn_reached`, on the turn log's rows the columns hold)
-  and calls again from the next event.
+  and calls again from the next event. The slot as it was before that turn is copied
+  into ``saved_*``: should the scoring raise, the caller puts it back, and the turn has
+  changed nothing (as a step that raises).
 
 It stops at the first event it cannot take and returns its index: any other event
 type, a turn of a session that is not open, a turn by whose time an idle close or an
@@ -72,7 +74,8 @@ from drift.kernel.layout import (
 )
 
 _SIGNATURE = ("i8(i8, b1, i8[::1], i8[::1], f8[::1], u8[::1], i8[::1], i8[::1], f8[:, ::1], "
-              "i1[::1], i8[:, ::1], f8[:, ::1], u8[:, ::1], i8[::1], f8[::1])")
+              "i1[::1], i8[:, ::1], f8[:, ::1], u8[:, ::1], i8[::1], f8[::1], i8[::1], "
+              "f8[::1], u8[::1])")
 
 
 @compiled("void(i8, i8, i8, f8[:, ::1], i8[:, ::1], f8[:, ::1], i8, i8, i8, i8, i8, i8, i8)")
@@ -117,7 +120,8 @@ def apply_turns(start: int, stop_before_erasure: bool,
                 ev_rows: npt.NDArray[np.float64], status: npt.NDArray[np.int8],
                 icols: npt.NDArray[np.int64], fcols: npt.NDArray[np.float64],
                 rings: npt.NDArray[np.uint64], geom: npt.NDArray[np.int64],
-                params: npt.NDArray[np.float64]) -> int:
+                params: npt.NDArray[np.float64], saved_i: npt.NDArray[np.int64],
+                saved_f: npt.NDArray[np.float64], saved_r: npt.NDArray[np.uint64]) -> int:
     """Apply events ``start..`` until one must go to the reference; returns its index
     (the number of events when none must). Marks each event taken in ``status``.
 
@@ -130,7 +134,8 @@ def apply_turns(start: int, stop_before_erasure: bool,
     >>> cols = UserColumns(DriftConfig())
     >>> turn = FhrEvent("e1", "turn", 5.0, "u", "s", False, Turn.neutral(1))
     >>> ev = EventColumns.of(cols, [turn, turn])
-    >>> apply_turns(0, False, *ev.arrays(), *cols.arrays(), *cols.geometry_arrays())
+    >>> apply_turns(0, False, *ev.arrays(), *cols.arrays(), *cols.geometry_arrays(),
+    ...             *cols.saved)
     0
     >>> ev.status.tolist()  # a turn of a session that is not open: the reference's
     [0, 0]
@@ -188,6 +193,10 @@ def apply_turns(start: int, stop_before_erasure: bool,
                 scored = n_turns == reattune_turn or (
                     n_turns >= checkpoint_turn
                     and (n_turns - checkpoint_turn) % checkpoint_every == 0)
+                if scored:  # the slot as before the turn, should its scoring raise
+                    saved_i[:] = icols[s]
+                    saved_f[:] = fcols[s]
+                    saved_r[:] = rings[s]
         # Taken: the dedupe ring keeps the fingerprint, dropping the oldest when full.
         if ring_len >= cap_ring:
             head = icols[s, I_RING_HEAD]

@@ -18,7 +18,9 @@ import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -274,6 +276,44 @@ def test_an_event_the_reference_raises_on_leaves_the_state_as_it_was() -> None:
     assert isinstance(done.outcomes[0], TypeError), done.outcomes
     assert done.effects(1) is not None and done.effects(1).duplicate
     assert cols.states["u"] == before
+
+
+def test_a_turn_whose_scoring_raises_changes_nothing_as_a_step_that_raises(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn the kernel took and its caller scores: if the scoring raises, the slot is
+    put back as it was before the turn, and the event's outcome is the exception, as the
+    reference's step raising on it; the next events go on from there."""
+    import drift.fold as fold_module
+    import drift.kernel.batch as batch_module
+
+    events = _users_log([[Plan(Mode.FULL, 0, "g1", 12, 0.0, (), True, 60.0)] * 2], 0, 0, 0)
+    victim = [e for e in events if isinstance(e.body, Turn) and e.body.turn == 10][-1]
+    real = fold_module.turn_reached
+
+    def raising(state: UserState, baselines: UserBaselines, ctx: Any) -> Any:
+        if ctx.event_id == victim.event_id:
+            raise ZeroDivisionError("scoring fault")
+        return real(state, baselines, ctx)
+
+    monkeypatch.setattr(fold_module, "turn_reached", raising)
+    monkeypatch.setattr(batch_module, "turn_reached", raising)
+    states: dict[str, UserState] = {}
+    bases: dict[str, UserBaselines] = {}
+    expected: list[Effects | None] = []
+    for e in events:
+        try:
+            r = step(states.get(e.user_id) or initial(e.user_id),
+                     bases.get(e.user_id, UserBaselines()), e, DriftConfig())
+        except ZeroDivisionError:
+            expected.append(None)
+            continue
+        states[e.user_id], bases[e.user_id] = r.state, r.baselines
+        expected.append(r.effects)
+    cols = UserColumns(DriftConfig())
+    done = fold_batch(cols, events, DriftConfig())
+    assert [done.effects(k) for k in range(len(events))] == expected
+    assert isinstance(done.outcomes[events.index(victim)], ZeroDivisionError)
+    assert {u: cols.states[u] for u in states} == states
 
 
 def test_memory_only_users_give_the_reference_effects_and_states() -> None:
