@@ -211,8 +211,8 @@ class Engine:
 
         An event the kernel took has no effects but a checkpoint's outputs, and changes
         nothing :meth:`Memory.track` follows (the user's mode, whether a session is open):
-        it is counted, its outputs published, and its user staged. A step of the reference is carried out, and tracked from the state it was
-        applied to."""
+        it is counted, its outputs published, and its user staged. A step of the reference
+        is carried out, and tracked from the state it was applied to."""
         events = [e for e in (items[i] for i in run) if isinstance(e, FhrEvent)]
         folded = fold_batch(self.memory.columns, events, self.config,
                             stop_before_erasure=stop_before_erasure)
@@ -235,8 +235,8 @@ class Engine:
                 k += 1
                 last[p] = record.offset
                 if isinstance(outcome, Exception):
-                    self.carry.dead_letter(record, _processing_error(outcome, item.event_id, record),
-                                      batch)
+                    rejection = _processing_error(outcome, item.event_id, record)
+                    self.carry.dead_letter(record, rejection, batch)
                     batch.source_timestamps.append(record.timestamp)
                     continue
                 counted.append(item)
