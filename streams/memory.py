@@ -101,7 +101,7 @@ class Memory:
     def track(self, before: UserState, result: Step, partition: int, offset: int, *,
               silent: bool = False, defer: bool = False) -> None:
         """Keep :attr:`memory_since` after the record at ``offset`` moved a user from
-        ``before`` to ``state``, and forget a memory-only user outside a session (the
+        ``before`` to ``result.state``, and forget a memory-only user outside a session (the
         fold made them a user never seen). A durable user who opens an ephemeral session
         keeps the stored state from before it, staged here as of this record; the
         baseline versions folded meanwhile (the close of a durable session that the
