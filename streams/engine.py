@@ -149,11 +149,8 @@ class Engine:
                 decoded: list[FhrEvent | Tick | Rejection] | None = None, *,
                 stop_before_erasure: bool = False) -> PendingBatch:
         """Apply a batch of records (decoded by :meth:`decode` if not given) to memory;
-        returns what to publish and to commit.
-
-        The events between two ticks (and records of a partition under replay) are folded
-        together by the compiled kernel (:func:`drift.kernel.fold_batch`), then carried
-        out in log order.
+        returns what to publish and to commit. The events between two ticks (or records
+        of a partition under replay) are folded together (:meth:`_fold`).
 
         With ``stop_before_erasure`` (the shell has a checkpoint in flight), processing
         stops before the first record that may erase stored baselines
@@ -190,8 +187,7 @@ class Engine:
                     and self.expiring(p, item.ts_s):
                 batch.stopped_at = index
                 break
-            self.next_offsets[p] = self.memory.pending.offsets[p] = record.offset + 1
-            self.seen_at[p] = now
+            self._passed(p, record.offset, now)
             ahead[p] = record.offset + 1
             if item.app_id == self.app_id:
                 self._tick(p, record.offset, item.ts_s, batch, touched)
@@ -261,13 +257,16 @@ class Engine:
                 last[p] = record.offset
                 self.carry.dead_letter(record, item, batch)
                 batch.source_timestamps.append(record.timestamp)
-        pending_offsets = self.memory.pending.offsets
         for p, offset in last.items():
-            self.next_offsets[p] = pending_offsets[p] = offset + 1
-            self.seen_at[p] = now
+            self._passed(p, offset, now)
         self.meter.events(counted, now)
         self.memory.settle()
         return stopped
+
+    def _passed(self, partition: int, offset: int, now: float) -> None:
+        """The partition goes on after ``offset``, processed at wall time ``now``."""
+        self.next_offsets[partition] = self.memory.pending.offsets[partition] = offset + 1
+        self.seen_at[partition] = now
 
     def _carry_out(self, result: Step, before: UserState, record: InputRecord,
                    batch: PendingBatch) -> bool:
