@@ -99,6 +99,7 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
     from baselines.columns import plain_values
     from baselines.snapshot import decode_state, encode_state
     from drift.baseline import AttunementBaseline, SafetyBaseline, SemanticBaseline, UserBaselines
+    from drift.kernel import UserColumns  # imported before anything is measured
     from drift.model import DriftConfig
     from drift.replay import MemoryReplay
     from drift.simulation import Scenario, SimParams, simulate
@@ -139,12 +140,24 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
             for i, key in enumerate(held["states"])}
         return held["baselines"]
 
+    def hold_columns(n: int, held: dict[str, Any]) -> object:
+        """The held states and baselines put into the worker's columns
+        (:class:`drift.kernel.UserColumns`, as ``streams.memory.Memory`` holds its users):
+        what the columns keep beyond the objects themselves (the slot arrays, the index, the
+        per-slot caches)."""
+        cols = UserColumns(config, capacity=n)
+        for key, state in held["states"].items():
+            cols.put(key, state, held["baselines"][key])
+        held["columns"] = cols
+        return cols
+
     rows = []
     for n in user_counts:
         t0 = time.monotonic()
         held: dict[str, Any] = {}
         state_res = _resident_per_user(partial(hold_states, n, held), n)
         base_res = _resident_per_user(partial(hold_baselines, held), n)
+        columns_res = _resident_per_user(partial(hold_columns, n, held), n)
         held.clear()
         picked = [i % t for i in range(n)]
         rows.append({"users": n,
@@ -153,9 +166,9 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
                      "baselines_encoded_mean": sum(base_bytes[i] for i in picked) / n,
                      "baselines_encoded_max": max(base_bytes[i] for i in picked),
                      "state_resident": state_res, "baselines_resident": base_res,
-                     "seconds": time.monotonic() - t0})
-        log(f"    {n} users: state {state_res:.0f} B + baselines {base_res:.0f} B resident "
-            "per user")
+                     "columns_resident": columns_res, "seconds": time.monotonic() - t0})
+        log(f"    {n} users: state {state_res:.0f} B + baselines {base_res:.0f} B + the "
+            f"worker's columns {columns_res:.0f} B resident per user")
     m = min(deepcopy_users, max(user_counts))
     deep = {"users": m,
             "state_resident": _resident_per_user(
@@ -211,7 +224,11 @@ def report_state(sp: dict[str, Any] | None, sb: list[dict[str, Any]] | None) -> 
                      f"{pass_fail(last['state_encoded_max'] <= STATE_ENCODED_GOAL_B)}; resident at "
                      f"{last['users']} users: state {last['state_resident']:.0f} B "
                      f"({pass_fail(last['state_resident'] <= STATE_RESIDENT_GOAL_B)}), state + "
-                     f"baselines {both:.0f} B ({pass_fail(both <= STATE_RESIDENT_GOAL_B)})")
+                     f"baselines {both:.0f} B ({pass_fail(both <= STATE_RESIDENT_GOAL_B)}); "
+                     "as the worker holds them, with its columns "
+                     f"({last['columns_resident']:.0f} B more): "
+                     f"{both + last['columns_resident']:.0f} B "
+                     f"({pass_fail(both + last['columns_resident'] <= STATE_RESIDENT_GOAL_B)})")
         d = sp["deepcopy"]
         lines.append(f"(replicated with copy.deepcopy instead, which shares immutable values "
                      f"between copies: state {d['state_resident']:.0f} B + baselines "
