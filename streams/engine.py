@@ -209,11 +209,12 @@ class Engine:
         nothing :meth:`Memory.track` follows (the user's mode, whether a session is open):
         it is counted, its outputs published, and its user staged. A step of the reference
         is carried out, and tracked from the state it was applied to."""
+        if not run:  # a tick or a replayed record right after another, or a batch's start
+            return None
         events = [e for e in (items[i] for i in run) if isinstance(e, FhrEvent)]
         folded = fold_batch(self.memory.columns, events, self.config,
                             stop_before_erasure=stop_before_erasure)
-        if folded.handoffs:
-            self.metrics.kernel_handoffs.inc(folded.handoffs)
+        self.metrics.kernel_handoffs.inc(folded.handoffs)
         outcomes, befores = folded.outcomes, folded.befores
         user_partition, watermarks = self.memory.user_partition, self.watermarks
         counted: list[FhrEvent] = []
@@ -270,8 +271,7 @@ class Engine:
 
     def _carry_out(self, result: Step, before: UserState, record: InputRecord,
                    batch: PendingBatch) -> bool:
-        """Carry out a step of the reference fold (``before``: the state it was applied to);
-        whether it has outputs."""
+        """A reference step carried out, tracked from ``before``; whether it has outputs."""
         if result.effects.duplicate:
             return False
         self.carry.step(result, record.partition, batch)

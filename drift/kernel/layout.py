@@ -56,7 +56,7 @@ KIND_TURN = 0
 KIND_OTHER = 1
 KIND_MAY_ERASE = 2  # session_start, memory_erase, continuity_mode_changed
 KIND_SIDE = 3  # semantic, model_change_notice_shown, memory_write_blocked: no effects, and
-# of the open session only fields the columns do not hold change (drift.fold.side_step)
+# of the open session only fields the columns do not hold change (drift.fold.dispatch)
 EV_EPHEMERAL = 1
 EV_BLOCKING_SHIFT = 1  # BLOCKING_NAMES bits start at bit 1 of an event's flags
 EV_REFLECTION = 64
@@ -66,7 +66,7 @@ ST_PENDING = 0
 ST_APPLIED = 1
 ST_DUPLICATE = 2
 ST_SIDE = 3  # taken; its change to the open session's other fields is the caller's to make
-ST_SCORED = 4  # a turn at a checkpoint, taken; the caller scores it before the next event
+ST_SCORED = 4  # a checkpoint or re-attunement turn, taken; the caller scores it next
 
 #: A baseline can be past its TTL from one second before its hint: a margin far wider than
 #: the rounding of ``now - used > ttl`` at epoch seconds, so the kernel only ever hands off

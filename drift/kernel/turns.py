@@ -233,6 +233,6 @@ def apply_turns(start: int, stop_before_erasure: bool,
         icols[s, I_FLAGS] = flags
         if scored:
             status[i] = ST_SCORED
-            return i  # the caller scores the checkpoint before the user's next event
+            return i  # the caller scores it before the user's next event
         status[i] = ST_APPLIED
     return int(n)
