@@ -6,12 +6,14 @@ events in log order until one it cannot take; that one is handed to the referenc
 fold (its user's state built from the columns and loaded back after); the kernel
 then goes on from the next event. A ``semantic``, a shown notice or a blocked write
 of the open session is the kernel's for the clock, the ring and ``last_s``; the
-rest of it (:func:`drift.fold.dispatch`) is applied to the user's state object
-before the next hand-off. A turn that reaches a checkpoint is the kernel's too, and the
+rest of it (:func:`drift.fold.dispatch`) is applied here to the user's state object
+before the kernel goes on. A turn that reaches a checkpoint is the kernel's too, and the
 checkpoint (and the re-attunement turn) is scored here on the rows the columns hold,
 with the reference's own function (:func:`drift.model_change.turn_reached`), before the
 user's next event. Events are therefore applied exactly in the order of the batch, and the
-effects are the ones the loop of ``step`` gives.
+effects are the ones the loop of ``step`` gives. Should the part done here raise, the
+kernel's part of that event is undone (the slot as the kernel saved it before the event):
+it changes nothing, as a step that raises.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from drift.fold import DUPLICATE, Step, dispatch, may_erase, step
 from drift.kernel.attunement import score_attunement
 from drift.kernel.columns import UserColumns
 from drift.kernel.events import EventColumns
-from drift.kernel.layout import F_CLOCK, KIND_SIDE, ST_APPLIED, ST_DUPLICATE, ST_SCORED, ST_SIDE
+from drift.kernel.layout import F_CLOCK, ST_APPLIED, ST_DUPLICATE, ST_SCORED, ST_SIDE
 from drift.kernel.turns import apply_turns
 from drift.model import DriftConfig, FhrEvent
 from drift.model_change import turn_reached
@@ -112,21 +114,21 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
     handoffs = 0
     stopped_at: int | None = None
     befores: dict[int, UserState] = {}
-    sides = [k for k, kind in enumerate(ev.kinds.tolist()) if kind == KIND_SIDE]
-    side = 0
+    status = ev.status
     i = 0
     while i < n:
         icols, fcols, rings = columns.arrays()
         j = apply_turns(i, stop_before_erasure, *event_arrays, icols, fcols, rings, geom,
                         params, *columns.saved)
-        side = _sides(columns, ev, events, sides, side, j, config)
         if j >= n:
             break
         s = ev.slot_list[j]
         event = events[j]
-        if ev.status[j] == ST_SCORED:
+        taken = status[j]
+        if taken == ST_SCORED or taken == ST_SIDE:
             try:
-                outcomes[j] = _score(columns, s, event, config)
+                outcomes[j] = (_score(columns, s, event, config) if taken == ST_SCORED
+                               else _side(columns, s, event, config))
             except Exception as exc:  # noqa: BLE001 - as a step that raises: no change
                 columns.restore(s)
                 outcomes[j] = exc
@@ -147,14 +149,13 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
             befores[j] = state
         i = j + 1
     end = n if stopped_at is None else stopped_at
-    for k, st in enumerate(ev.status[:end].tolist()):
-        if st == ST_APPLIED or st == ST_SIDE:
+    for k, st in enumerate(status[:end].tolist()):
+        if st == ST_APPLIED:
             outcomes[k] = NO_EFFECTS
         elif st == ST_DUPLICATE:
             outcomes[k] = DUPLICATE
-    for k in range(end):
-        if not isinstance(outcomes[k], Exception):
-            columns.mark_stored(ev.slot_list[k])
+    for s in {ev.slot_list[k] for k in range(end) if not isinstance(outcomes[k], Exception)}:
+        columns.mark_stored(s)
     done: list[Outcome] = []
     for o in outcomes[:end]:
         assert o is not None, "every event before the end was applied"
@@ -162,24 +163,15 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
     return BatchFold(done, handoffs, stopped_at, befores)
 
 
-def _sides(columns: UserColumns, ev: EventColumns, events: Sequence[FhrEvent],
-           sides: list[int], at: int, end: int, config: DriftConfig) -> int:
-    """Apply, in log order, the rest of each event the kernel marked ``ST_SIDE`` before
-    ``end`` (from position ``at`` of ``sides``) to its user's state object; returns the
-    position to go on from. The kernel moved the clock, the ring and ``last_s`` in the
-    columns, which stay what the state is read from for those (the slot is dirty)."""
-    status = ev.status
-    while at < len(sides) and sides[at] < end:
-        k = sides[at]
-        at += 1
-        if status[k] != ST_SIDE:
-            continue
-        s = ev.slot_list[k]
-        event = events[k]
-        shell = columns.shell_at(s)
-        ctx = StepContext(event.event_id, event.session_id, event.ts_s, config)
-        columns.keep_shell(s, dispatch(shell, columns.baselines_at(s), event, ctx).state)
-    return at
+def _side(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -> Effects:
+    """The rest of an event the kernel marked ``ST_SIDE`` (:func:`drift.fold.dispatch`),
+    applied to slot ``s``'s state object. The kernel moved the clock, the ring and
+    ``last_s`` in the columns, which stay what the state is read from for those (the slot
+    is dirty); the event has no effects."""
+    ctx = StepContext(event.event_id, event.session_id, event.ts_s, config)
+    columns.keep_shell(s, dispatch(columns.shell_at(s), columns.baselines_at(s), event,
+                                   ctx).state)
+    return NO_EFFECTS
 
 
 def _score(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -> Effects:

@@ -10,15 +10,18 @@
   mode, adds its transformed row to the turn log (its window sums, the current
   look, the early window and the late profile);
 * a ``semantic``, ``model_change_notice_shown`` or ``memory_write_blocked`` event of the
-  open session moves the clock, the ring and ``last_s`` the same way and is marked
-  ``ST_SIDE``: what else it changes lives outside the columns, and the caller applies
-  it (:func:`drift.fold.dispatch`) before the next hand-off;
+  open session moves the clock, the ring and ``last_s`` the same way, is marked
+  ``ST_SIDE``, and the kernel returns its index: what else it changes lives outside the
+  columns, and the caller applies it (:func:`drift.fold.dispatch`) and calls again from
+  the next event;
 * a turn that reaches a checkpoint or the re-attunement turn is taken like a plain one
   and marked ``ST_SCORED``, and the kernel returns its index: the caller scores it
   (:func:`drift.model_change.turn_reached`, on the turn log's rows the columns hold)
-  and calls again from the next event. The slot as it was before that turn is copied
-  into ``saved_*``: should the scoring raise, the caller puts it back, and the turn has
-  changed nothing (as a step that raises).
+  and calls again from the next event.
+
+Before an event it marks ``ST_SIDE`` or ``ST_SCORED`` the kernel copies the slot into
+``saved_*``: should the caller's part raise, the caller puts it back, and the event has
+changed nothing (as a step that raises).
 
 It stops at the first event it cannot take and returns its index: any other event
 type, a turn of a session that is not open, a turn by whose time an idle close or an
@@ -193,10 +196,10 @@ def apply_turns(start: int, stop_before_erasure: bool,
                 scored = n_turns == reattune_turn or (
                     n_turns >= checkpoint_turn
                     and (n_turns - checkpoint_turn) % checkpoint_every == 0)
-                if scored:  # the slot as before the turn, should its scoring raise
-                    saved_i[:] = icols[s]
-                    saved_f[:] = fcols[s]
-                    saved_r[:] = rings[s]
+        if scored or kind == KIND_SIDE:  # the slot as before, should its caller's part raise
+            saved_i[:] = icols[s]
+            saved_f[:] = fcols[s]
+            saved_r[:] = rings[s]
         # Taken: the dedupe ring keeps the fingerprint, dropping the oldest when full.
         if ring_len >= cap_ring:
             head = icols[s, I_RING_HEAD]
@@ -213,7 +216,7 @@ def apply_turns(start: int, stop_before_erasure: bool,
         if kind == KIND_SIDE:
             icols[s, I_FLAGS] = flags
             status[i] = ST_SIDE
-            continue
+            return i  # the caller applies the rest of it before the user's next event
         if matched:
             ef = ev_flags[i]
             icols[s, I_BLOCKING] = (ef >> EV_BLOCKING_SHIFT) & 31

@@ -35,6 +35,7 @@ from drift.model import (
     FhrEvent,
     MemoryWrite,
     Mode,
+    Semantic,
     SessionStart,
     Turn,
     event_type_of,
@@ -278,25 +279,39 @@ def test_an_event_the_reference_raises_on_leaves_the_state_as_it_was() -> None:
     assert cols.states["u"] == before
 
 
-def test_a_turn_whose_scoring_raises_changes_nothing_as_a_step_that_raises(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A turn the kernel took and its caller scores: if the scoring raises, the slot is
-    put back as it was before the turn, and the event's outcome is the exception, as the
+def _scored_turn(e: FhrEvent) -> bool:
+    return isinstance(e.body, Turn) and e.body.turn == 10
+
+
+def _semantic(e: FhrEvent) -> bool:
+    return isinstance(e.body, Semantic)
+
+
+@pytest.mark.parametrize(("part", "victim_of"), [("turn_reached", _scored_turn),
+                                                  ("dispatch", _semantic)])
+def test_an_event_whose_part_outside_the_kernel_raises_changes_nothing(
+        monkeypatch: pytest.MonkeyPatch, part: str, victim_of: Any) -> None:
+    """A turn the kernel took and its caller scores (``turn_reached``), or a semantic
+    event whose rest its caller applies (``dispatch``): if that part raises, the slot is
+    put back as it was before the event, and the event's outcome is the exception, as the
     reference's step raising on it; the next events go on from there."""
     import drift.fold as fold_module
     import drift.kernel.batch as batch_module
 
-    events = _users_log([[Plan(Mode.FULL, 0, "g1", 12, 0.0, (), True, 60.0)] * 2], 0, 0, 0)
-    victim = [e for e in events if isinstance(e.body, Turn) and e.body.turn == 10][-1]
-    real = fold_module.turn_reached
+    plan = Plan(Mode.FULL, 0, "g1", 12, 0.0, ((4, Semantic(4, "c1", "commitment", "affirm")),),
+                True, 60.0)
+    events = _users_log([[plan] * 2], 0, 0, 0)
+    victim = [e for e in events if victim_of(e)][-1]
+    real = getattr(fold_module, part)
 
-    def raising(state: UserState, baselines: UserBaselines, ctx: Any) -> Any:
+    def raising(state: UserState, baselines: UserBaselines, *args: Any) -> Any:
+        ctx = args[-1]
         if ctx.event_id == victim.event_id:
-            raise ZeroDivisionError("scoring fault")
-        return real(state, baselines, ctx)
+            raise ZeroDivisionError("fault")
+        return real(state, baselines, *args)
 
-    monkeypatch.setattr(fold_module, "turn_reached", raising)
-    monkeypatch.setattr(batch_module, "turn_reached", raising)
+    monkeypatch.setattr(fold_module, part, raising)
+    monkeypatch.setattr(batch_module, part, raising)
     states: dict[str, UserState] = {}
     bases: dict[str, UserBaselines] = {}
     expected: list[Effects | None] = []
@@ -309,6 +324,7 @@ def test_a_turn_whose_scoring_raises_changes_nothing_as_a_step_that_raises(
             continue
         states[e.user_id], bases[e.user_id] = r.state, r.baselines
         expected.append(r.effects)
+    assert expected.count(None) == 1
     cols = UserColumns(DriftConfig())
     done = fold_batch(cols, events, DriftConfig())
     assert [done.effects(k) for k in range(len(events))] == expected
