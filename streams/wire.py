@@ -1,17 +1,20 @@
 """Output messages as JSON: the one place the core's typed results become bytes.
 
-:func:`payload` gives the JSON object of SPEC section 7 for any output;
-:func:`encode` its bytes. Key order is part of the format (a golden test holds
-the bytes), so every object is built field by field.
+Each output becomes the ``msgspec.Struct`` of its topic's message (:mod:`streams.formats`,
+SPEC section 7's shapes) in :func:`message`, which msgspec encodes in one pass
+(:func:`encode`); :func:`payload` is the same message as a dict.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import date
 from typing import Any, assert_never
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from drift.model import ModelTriple
 from drift.outputs import (
@@ -30,32 +33,64 @@ from drift.outputs import (
     Response,
     Violation,
 )
+from streams.formats import (
+    Alphas,
+    AnyMismatch,
+    AttributionMessage,
+    Baselines,
+    Components,
+    DeadLetterMessage,
+    DriftScoreMessage,
+    EscalationMessage,
+    Feature,
+    Message,
+    Model,
+    PooledStatistic,
+    ReattuneParts,
+    ReceiptMessage,
+    Ref,
+    Replacement,
+    ResponseMessage,
+    Source,
+    Target,
+    Tiers,
+    ValueStatistic,
+    ViolationMessage,
+    Weights,
+)
 
-SCHEMA = "drift/1"
 _encoder = msgspec.json.Encoder()
+_EPOCH_DAY = date(1970, 1, 1).toordinal()
+
+
+@functools.lru_cache(maxsize=1024)
+def _day(days: int) -> str:
+    return date.fromordinal(_EPOCH_DAY + days).isoformat()
 
 
 def iso(ts_s: float) -> str:
-    """RFC 3339 UTC text of an event time.
+    """RFC 3339 UTC text of an event time: the text of
+    ``datetime.fromtimestamp(ts_s, UTC).isoformat(timespec="microseconds")`` with ``Z``
+    for the offset, microseconds rounded as it rounds them (half to even), built from the
+    day's text (cached) and the seconds of the day: an output's time is formatted once per
+    message, and the datetime costs most of a small message's encoding.
 
-    >>> iso(0.0)
-    '1970-01-01T00:00:00.000000Z'
+    >>> iso(0.0), iso(1.7e9 + 0.25), iso(86399.9999996)
+    ('1970-01-01T00:00:00.000000Z', '2023-11-14T22:13:20.250000Z', '1970-01-02T00:00:00.000000Z')
     """
-    return datetime.fromtimestamp(ts_s, UTC).isoformat(timespec="microseconds")[:-6] + "Z"
-
-
-def model_dict(model: ModelTriple) -> dict[str, Any]:
-    """A model triple as the output topics and the review API show it.
-
-    >>> model_dict(ModelTriple("m1", "t1", "bf16"))
-    {'model_version': 'm1', 'tokenizer_id': 't1', 'precision_tag': 'bf16', 'adapter_id': None}
-    """
-    return {"model_version": model.model_version, "tokenizer_id": model.tokenizer_id,
-            "precision_tag": model.precision_tag, "adapter_id": model.adapter_id}
-
-
-def ref_dict(ref: BaselineRef | None) -> dict[str, Any] | None:
-    return None if ref is None else {"baseline_id": ref.baseline_id, "version": ref.version}
+    frac, whole = math.modf(ts_s)
+    micros = round(frac * 1e6)
+    seconds = int(whole)
+    if micros >= 1_000_000:
+        micros -= 1_000_000
+        seconds += 1
+    elif micros < 0:
+        micros += 1_000_000
+        seconds -= 1
+    days, second = divmod(seconds, 86400)
+    hours, second = divmod(second, 3600)
+    minutes, second = divmod(second, 60)
+    return f"{_day(days)}T{hours:02d}:{minutes:02d}:{second:02d}.{micros:06d}Z"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,139 +109,153 @@ class DeadLetter:
     its first)."""
 
 
-def _envelope(output_id: str, user_id: str, session_id: str | None, ts_s: float
-              ) -> dict[str, Any]:
-    out: dict[str, Any] = {"schema": SCHEMA, "id": output_id, "user_id": user_id}
-    if session_id is not None:
-        out["session_id"] = session_id
-    out["event_ts"] = iso(ts_s)
-    return out
+def _ref(ref: BaselineRef | None) -> Ref | None:
+    return None if ref is None else Ref(ref.baseline_id, ref.version)
 
 
-def _attribution(a: Attribution, score: DriftScore) -> dict[str, Any]:
-    out: dict[str, Any] = {"component": a.component.value}
+def _model(model: ModelTriple) -> Model:
+    return Model(model.model_version, model.tokenizer_id, model.precision_tag, model.adapter_id)
+
+
+def model_dict(model: ModelTriple) -> dict[str, Any]:
+    """A model triple as the output topics and the review API show it.
+
+    >>> model_dict(ModelTriple("m1", "t1", "bf16"))
+    {'model_version': 'm1', 'tokenizer_id': 't1', 'precision_tag': 'bf16', 'adapter_id': None}
+    """
+    built: dict[str, Any] = msgspec.to_builtins(_model(model))
+    return built
+
+
+def _session(session_id: str | None) -> str | UnsetType:
+    return UNSET if session_id is None else session_id
+
+
+def _attribution(a: Attribution, score: DriftScore) -> AttributionMessage:
     if a.test is not None:
         t = a.test
-        out["features"] = [
-            {"feature": f.feature, "z": round(f.z, 4), "p_value": f.p_value,
-             "direction": "up" if f.delta > 0 else "down"}
-            for f in t.features[:3]
-        ]
-        out["statistic"] = {"name": "pooled_t_chi2", "p_value": t.p_value,
-                            "p_adjusted": t.p_adjusted, "look": t.look, "window": t.window,
-                            "turns": t.turns}
-        out["threshold"] = {"alpha_medium": a.alpha_medium, "alpha_high": a.alpha_high}
-    elif a.component.value == "semantic":
-        out["statistic"] = {"name": "share_contradicted", "value": a.value}
-        out["threshold"] = {"medium": score.thresholds[0], "high": score.thresholds[1]}
-    else:
-        out["statistic"] = {"name": "share_fields_changed", "value": a.value}
-        out["threshold"] = {"any_mismatch": "high"}
-    out["baseline"] = ref_dict(a.baseline)
-    return out
+        return AttributionMessage(
+            component=a.component.value,
+            features=[Feature(f.feature, round(f.z, 4), f.p_value, "up" if f.delta > 0 else "down")
+                      for f in t.features[:3]],
+            statistic=PooledStatistic("pooled_t_chi2", t.p_value, t.p_adjusted, t.look,
+                                    t.window, t.turns),
+            threshold=Alphas(a.alpha_medium, a.alpha_high), baseline=_ref(a.baseline))
+    if a.component.value == "semantic":
+        return AttributionMessage(
+            component=a.component.value, statistic=ValueStatistic("share_contradicted", a.value),
+            threshold=Tiers(*score.thresholds), baseline=_ref(a.baseline))
+    return AttributionMessage(
+        component=a.component.value, statistic=ValueStatistic("share_fields_changed", a.value),
+        threshold=AnyMismatch(), baseline=_ref(a.baseline))
 
 
-def _score(s: DriftScore) -> dict[str, Any]:
-    out = _envelope(s.id, s.user_id, s.session_id, s.ts_s)
+def _score(s: DriftScore) -> DriftScoreMessage:
     att, sem, saf = s.baselines
-    out.update(
-        score_kind="continuity_drift", turn=s.turn, checkpoint=s.checkpoint, mode=s.mode.value,
-        baselines={"attunement": ref_dict(att), "semantic": ref_dict(sem),
-                   "safety": ref_dict(saf)},
-        components={c.value: v for c, v in s.components.items()},
+    c = s.components
+    return DriftScoreMessage(
+        id=s.id, user_id=s.user_id, session_id=_session(s.session_id), event_ts=iso(s.ts_s),
+        turn=s.turn, checkpoint=s.checkpoint, mode=s.mode.value,
+        baselines=Baselines(_ref(att), _ref(sem), _ref(saf)),
+        components=Components(c.attunement, c.semantic, c.safety),
         continuity_drift_score=s.score, tier=s.tier.label, effective_tier=s.effective_tier.label,
-        attribution=_attribution(s.attribution, s),
-        weights={"attunement": s.weights[0], "semantic": s.weights[1], "safety": s.weights[2]},
-        thresholds={"medium": s.thresholds[0], "high": s.thresholds[1]},
-        drift_policy_id=s.drift_policy_id, source_event_id=s.source_event_id,
-    )
-    return out
+        attribution=_attribution(s.attribution, s), weights=Weights(*s.weights),
+        thresholds=Tiers(*s.thresholds), drift_policy_id=s.drift_policy_id,
+        source_event_id=s.source_event_id)
 
 
 def _reattunement(r: Reattunement) -> dict[str, Any]:
+    """A re-attunement's result: the last fields of its score and of its response."""
     s = r.score
     return {"reattune_quality_score": s.quality, "reattune_turns_to_baseline": s.turns_to_baseline,
-            "components": {"convergence": s.convergence,
-                           "semantic_consistency": s.semantic_consistency,
-                           "trust_continuity": s.trust_continuity},
-            "threshold": r.threshold, "reattune_id": r.reattune_id,
-            "baseline": ref_dict(r.baseline)}
+            "components": ReattuneParts(s.convergence, s.semantic_consistency,
+                                        s.trust_continuity),
+            "threshold": r.threshold, "reattune_id": r.reattune_id, "baseline": _ref(r.baseline)}
 
 
-def _response(r: Response) -> dict[str, Any]:
-    out = _envelope(r.id, r.user_id, r.session_id, r.ts_s)
-    out.update(action=r.action.value, cause_event_id=r.cause_event_id)
-    d = r.detail
+def _detail(d: LadderDetail | ReleaseDetail | ModelChangeDetail | ReattuneDetail
+            ) -> dict[str, Any]:
+    """The fields of a response's detail."""
     match d:
         case LadderDetail():
-            out.update(score_id=d.score_id, score=d.score, tier=d.tier.label,
-                       effective_tier=d.effective_tier.label,
-                       hold_kinds=[k.value for k in d.hold_kinds])
+            return {"score_id": d.score_id, "score": d.score, "tier": d.tier.label,
+                    "effective_tier": d.effective_tier.label,
+                    "hold_kinds": [k.value for k in d.hold_kinds]}
         case ReleaseDetail():
-            out.update(kinds=[k.value for k in d.kinds],
-                       reconfirmed_event_id=d.reconfirmed_event_id)
+            return {"kinds": [k.value for k in d.kinds],
+                    "reconfirmed_event_id": d.reconfirmed_event_id}
         case ModelChangeDetail():
-            out.update(reattune_required=d.reattune_required,
-                       previous_model=model_dict(d.previous_model), model=model_dict(d.model))
+            return {"reattune_required": d.reattune_required,
+                    "previous_model": _model(d.previous_model), "model": _model(d.model)}
         case ReattuneDetail():
-            if d.offers:
-                out["offers"] = [o.value for o in d.offers]
-            out["posture"] = d.posture.value
-            out.update(_reattunement(d.reattunement))
+            return {"offers": [o.value for o in d.offers] if d.offers else UNSET,
+                    "posture": d.posture.value, **_reattunement(d.reattunement)}
         case _:
             assert_never(d)
-    return out
 
 
-def payload(out: Output) -> dict[str, Any]:
-    """The JSON object of one output, as published."""
+def message(out: Output) -> Message:
+    """The message of one output, as published."""
     match out:
         case DriftScore():
             return _score(out)
         case ReattuneQualityScore():
-            p = _envelope(out.id, out.user_id, out.session_id, out.ts_s)
-            p.update(score_kind="reattune_quality", turn=out.turn,
-                     source_event_id=out.source_event_id)
-            p.update(_reattunement(out.reattunement))
-            return p
+            return ResponseMessage(
+                id=out.id, user_id=out.user_id, session_id=_session(out.session_id),
+                event_ts=iso(out.ts_s), score_kind="reattune_quality", turn=out.turn,
+                source_event_id=out.source_event_id, **_reattunement(out.reattunement))
         case Response():
-            return _response(out)
+            return ResponseMessage(
+                id=out.id, user_id=out.user_id, session_id=_session(out.session_id),
+                event_ts=iso(out.ts_s), action=out.action.value,
+                cause_event_id=out.cause_event_id, **_detail(out.detail))
         case Escalation():
-            p = _envelope(out.id, out.user_id, out.session_id, out.ts_s)
-            p.update(kind=out.escalation.value, route=out.route, sessions=out.sessions,
-                     last_quality=out.last_quality, threshold=out.threshold,
-                     cause_event_id=out.cause_event_id)
-            return p
+            return EscalationMessage(
+                id=out.id, user_id=out.user_id, session_id=_session(out.session_id),
+                event_ts=iso(out.ts_s), kind=out.escalation.value, route=out.route,
+                sessions=out.sessions, last_quality=out.last_quality, threshold=out.threshold,
+                cause_event_id=out.cause_event_id)
         case Violation():
-            p = _envelope(out.id, out.user_id, out.session_id, out.ts_s)
-            p.update(rule=out.rule.value, reason=out.reason, event_id=out.event_id)
-            return p
+            return ViolationMessage(
+                id=out.id, user_id=out.user_id, session_id=_session(out.session_id),
+                event_ts=iso(out.ts_s), rule=out.rule.value, reason=out.reason,
+                event_id=out.event_id)
         case ErasureReceipt():
-            p = _envelope(out.id, out.user_id, out.session_id, out.ts_s)
-            p.update(
-                request_id=out.request_id, reason=out.reason, cause_event_id=out.cause_event_id,
-                outcome=out.outcome.value,
-                targets=[{"kind": t.kind.value, "baseline_id": t.baseline_id,
-                          "versions": t.versions, "outcome": t.outcome.value}
+            return ReceiptMessage(
+                id=out.id, user_id=out.user_id, session_id=_session(out.session_id),
+                event_ts=iso(out.ts_s), request_id=out.request_id, reason=out.reason,
+                cause_event_id=out.cause_event_id, outcome=out.outcome.value,
+                targets=[Target(t.kind.value, t.baseline_id, t.versions, t.outcome.value)
                          for t in out.targets],
-                replacement=({"kind": "attunement", "features": list(out.replacement_features)}
+                replacement=(Replacement("attunement", list(out.replacement_features))
                              if out.replacement_features is not None else None),
                 checks=list(out.checks))
-            return p
         case _:
             assert_never(out)
 
 
-def dead_letter_payload(d: DeadLetter) -> dict[str, Any]:
-    source: dict[str, Any] = {"topic": d.topic, "partition": d.partition, "offset": d.offset}
-    if d.last_offset is not None:
-        source["last_offset"] = d.last_offset
-    return {"schema": SCHEMA, "id": d.id, "reason": d.reason, "source": source,
-            "event_id": d.event_id, "fields": list(d.fields)}
+def dead_letter_message(d: DeadLetter) -> DeadLetterMessage:
+    source = Source(topic=d.topic, partition=d.partition, offset=d.offset,
+                    last_offset=UNSET if d.last_offset is None else d.last_offset)
+    return DeadLetterMessage(id=d.id, reason=d.reason, source=source, event_id=d.event_id,
+                             fields=list(d.fields))
+
+
+def payload(out: Output) -> dict[str, Any]:
+    """The JSON object of one output, as published, as a dict."""
+    built: dict[str, Any] = msgspec.to_builtins(message(out))
+    return built
 
 
 def encode(out: Output | DeadLetter) -> bytes:
-    """The message value of one output or dead letter."""
+    """The message value of one output or dead letter.
+
+    >>> from drift.outputs import Rule
+    >>> encode(Violation("v1", "u1", None, 0.0, Rule.UNCONFIRMED, "unconfirmed", "e1"))
+    b'{"schema":"drift/1","id":"v1","user_id":"u1","event_ts":"1970-01-01T00:00:00.000000Z","rule":"relational_write_unconfirmed","reason":"unconfirmed","event_id":"e1"}'
+    >>> encode(DeadLetter("d1", "batch_corrupt", "fhr.events", 2, 10, None, (), 12))
+    b'{"schema":"drift/1","id":"d1","reason":"batch_corrupt","source":{"topic":"fhr.events","partition":2,"offset":10,"last_offset":12},"event_id":null,"fields":[]}'
+    """
     if isinstance(out, DeadLetter):
-        return _encoder.encode(dead_letter_payload(out))
-    return _encoder.encode(payload(out))
+        return _encoder.encode(dead_letter_message(out))
+    return _encoder.encode(message(out))

@@ -19,7 +19,7 @@ STDLIB_IO = {"socket", "subprocess", "urllib", "http", "asyncio", "requests", "s
 #: CLI, which starts either, imports them), nor the oracle the tests and benchmarks hold the
 #: worker against.
 WORKER_MODULES = ("worker", "engine", "records", "meter", "publish", "broker_watch",
-                  "changelog", "codec", "fhr_schema", "rejection", "tick", "wire", "owners", "http", "metrics",
+                  "changelog", "codec", "fhr_schema", "rejection", "tick", "wire", "formats", "owners", "http", "metrics",
                   "supervise", "settings", "topics", "broker")
 FRONTS = ("streams.report", "streams.demo", "streams.oracle")
 #: What the kernel may import beyond drift/'s own: numba and its code generator (llvmlite
