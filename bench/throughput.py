@@ -38,7 +38,14 @@ invocation, on the same pre-produced simulated events:
 Run ``python bench/throughput.py`` (about 15 minutes on two cores), ``--quick`` for a
 smoke run (about 5 minutes), ``--json PATH`` to keep the figures, ``--profile DIR`` to
 record py-spy stacks of the throughput worker, ``--split`` to time the engine and the
-DuckDB transaction in-process on the same records.
+DuckDB transaction in-process on the same records, ``--against CMD`` to compare this tree's
+worker with another's (a checkout, started as ``--worker-cmd`` starts it) in alternating
+rounds on the same broker and records: the host's speed drifts by 20% between runs, and
+only interleaved rounds separate a change from the drift. For example::
+
+    python bench/throughput.py --quick --events 120000 --users 1200 --skip baselines \
+        --skip latency --skip memory --skip state --rounds 3 \
+        --against "env PYTHONPATH=../before python -m streams.cli"
 """
 
 from __future__ import annotations
@@ -108,11 +115,13 @@ SCALING_GOAL = 1.8  # run --workers 2 over one worker, on the same records
 
 def phase_worker_throughput(bootstrap: str, base: Path, n: int, broker_pid: int,
                             timeout_s: float, profile_dir: Path | None,
-                            spec: WorkerSpec, workers: int = 1) -> dict[str, Any]:
+                            spec: WorkerSpec, workers: int = 1, label: str = ""
+                            ) -> dict[str, Any]:
     """A fresh group of ``workers`` processes (``run --workers N`` for more than one)
     reads the ``n`` records from the beginning; records/s from the first record counted
-    to the last, with the CPU of the workers and the broker over the same window."""
-    name = "worker-throughput" if workers == 1 else f"workers-{workers}-throughput"
+    to the last, with the CPU of the workers and the broker over the same window.
+    ``label`` names the run's data directory apart from other runs of the same count."""
+    name = label + ("worker-throughput" if workers == 1 else f"workers-{workers}-throughput")
     worker = WorkerRun(bootstrap, base, name,
                        f"bench-{name}-{os.getpid()}-{int(time.time())}", spec, workers).start()
     spy: subprocess.Popen[bytes] | None = None
@@ -148,6 +157,69 @@ def phase_worker_throughput(bootstrap: str, base: Path, n: int, broker_pid: int,
         if spy is not None:
             stop_process(spy, signal.SIGINT, timeout_s=30)
         worker.stop()
+
+
+def phase_ab(bootstrap: str, base: Path, n: int, broker_pid: int, timeout_s: float,
+             spec: WorkerSpec, other: WorkerSpec, rounds: int, workers: Sequence[int]
+             ) -> list[dict[str, Any]]:
+    """This tree's worker and another's (``--against``) on the same records, in ``rounds``
+    rounds: each round reads the records with the bare consumer (a), then with one worker
+    and with ``run --workers N`` of each tree, the two trees' order alternating from round
+    to round, so that a drift of the host's speed falls on both alike."""
+    out = []
+    for r in range(rounds):
+        row: dict[str, Any] = {"round": r + 1,
+                               "aiokafka": baseline_aiokafka(bootstrap, n, base, timeout_s)["rate"]}
+        trees = (("this", spec), ("other", other))
+        for name, s in trees if r % 2 == 0 else trees[::-1]:
+            for k in (1, *(w for w in workers if w > 1)):
+                run = phase_worker_throughput(bootstrap, base, n, broker_pid, timeout_s, None,
+                                              s, k, f"ab{r + 1}-{name}-")
+                row[f"{name}_{k}"] = run["rate"]
+                row[f"{name}_{k}_cpu_us"] = (1e6 * run["worker_cpu_s"] / run["cpu_records"]
+                                             if run["cpu_records"] else math.nan)
+        out.append(row)
+        log(f"    round {r + 1}: bare read {row['aiokafka']:.0f}, this tree "
+            f"{row['this_1']:.0f}, the other {row['other_1']:.0f} records/s")
+    return out
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def report_ab(rows: Sequence[dict[str, Any]], against: str) -> list[str]:
+    """The rounds of :func:`phase_ab` as a table, with the medians and this tree's rate over
+    the other's in each round."""
+    if not rows:
+        return []
+    ks = sorted({int(key.split("_")[1]) for key in rows[0]
+                 if key.startswith("this_") and not key.endswith("_cpu_us")})
+    head = ["round", "(a) bare read"]
+    for k in ks:
+        label = "one worker" if k == 1 else f"--workers {k}"
+        head += [f"this, {label}", f"other, {label}"]
+    head.append("this / other (one worker)")
+    lines = ["", f"A/B against: {against}", "| " + " | ".join(head) + " |",
+             "|" + "---:|" * len(head)]
+
+    def cells(get: Any) -> list[str]:
+        out = [fmt(get("aiokafka"))]
+        for k in ks:
+            out += [f"{fmt(get(f'this_{k}'))} ({fmt(get(f'this_{k}_cpu_us'))} us)",
+                    f"{fmt(get(f'other_{k}'))} ({fmt(get(f'other_{k}_cpu_us'))} us)"]
+        return out
+
+    for row in rows:
+        lines.append(f"| {row['round']} | " + " | ".join(cells(row.get)) + " | "
+                     f"{row['this_1'] / row['other_1']:.3f} |")
+    median = {key: _median([row[key] for row in rows]) for key in rows[0] if key != "round"}
+    ratio = _median([row["this_1"] / row["other_1"] for row in rows])
+    lines.append("| median | " + " | ".join(cells(median.get)) + f" | {ratio:.3f} |")
+    lines.append("(records/s, and the workers' CPU us per record in brackets)")
+    return lines
 
 
 def engine_split(records: Sequence[tuple[bytes, bytes, str]], partitions: int,
@@ -333,6 +405,7 @@ def report(res: dict[str, Any]) -> str:
               f"(all scenarios, ~{s['sessions_per_user']} sessions each), "
               f"{s['partitions']} partitions, produced at {s['produce_rate']:.0f}/s")]
     lines += _report_throughput(res)
+    lines += report_ab(res.get("ab") or [], res.get("against", ""))
     lines += report_latency(res.get("latency") or [], res.get("latency_floor") or [])
     if res.get("memory"):
         lines += report_memory(res["memory"])
@@ -412,6 +485,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="command that starts a worker instead of continuity-drift, e.g. "
                              "another checkout: \"env PYTHONPATH=../before python -m "
                              "streams.cli\" (its 'run' arguments are appended)")
+    parser.add_argument("--against", default=None, metavar="CMD",
+                        help="A/B: also run the throughput phase with the worker this command "
+                             "starts (as --worker-cmd), in alternating rounds on the same "
+                             "records; e.g. \"env PYTHONPATH=../before python -m "
+                             "streams.cli\"")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of the --against comparison (default 3)")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="keep worker data, logs and generated scripts here (default: a "
@@ -463,6 +543,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command += f" --worker-setting {shlex.quote(item)}"
     if args.worker_cmd:
         command += f" --worker-cmd {shlex.quote(args.worker_cmd)}"
+    if args.against:
+        command += f" --against {shlex.quote(args.against)} --rounds {args.rounds}"
     spec = WorkerSpec(tuple(shlex.split(args.worker_cmd or "")), tuple(worker_kv),
                       tuple(drift_kv))
 
@@ -512,7 +594,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     int(overrides.get("batch_max", defaults.batch_max)),
                     float(overrides.get("batch_within_s", defaults.batch_within_s)))
                 log(f"    {res['faust_bare']['rate']:.0f} records/s")
-            if "worker" not in args.skip:
+            if "worker" not in args.skip and args.against:
+                log(f"A/B: this tree against {args.against}, {args.rounds} rounds")
+                other = WorkerSpec(tuple(shlex.split(args.against)), tuple(worker_kv),
+                                   tuple(drift_kv))
+                res["ab"] = phase_ab(broker.bootstrap, tmp, n, broker_pid, timeout, spec,
+                                     other, args.rounds, args.workers)
+                res["against"] = args.against
+            elif "worker" not in args.skip:
                 log("worker throughput run")
                 res["worker"] = phase_worker_throughput(broker.bootstrap, tmp, n, broker_pid,
                                                         timeout, args.profile, spec)
