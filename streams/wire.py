@@ -14,7 +14,7 @@ from datetime import date
 from typing import Any, assert_never
 
 import msgspec
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET
 
 from drift.model import ModelTriple
 from drift.outputs import (
@@ -127,8 +127,11 @@ def model_dict(model: ModelTriple) -> dict[str, Any]:
     return built
 
 
-def _session(session_id: str | None) -> str | UnsetType:
-    return UNSET if session_id is None else session_id
+def _envelope(out: Output) -> dict[str, Any]:
+    """The fields every output message starts with (:class:`streams.formats.Envelope`)."""
+    return {"id": out.id, "user_id": out.user_id,
+            "session_id": UNSET if out.session_id is None else out.session_id,
+            "event_ts": iso(out.ts_s)}
 
 
 def _attribution(a: Attribution, score: DriftScore) -> AttributionMessage:
@@ -154,8 +157,7 @@ def _score(s: DriftScore) -> DriftScoreMessage:
     att, sem, saf = s.baselines
     c = s.components
     return DriftScoreMessage(
-        id=s.id, user_id=s.user_id, session_id=_session(s.session_id), event_ts=iso(s.ts_s),
-        turn=s.turn, checkpoint=s.checkpoint, mode=s.mode.value,
+        **_envelope(s), turn=s.turn, checkpoint=s.checkpoint, mode=s.mode.value,
         baselines=Baselines(_ref(att), _ref(sem), _ref(saf)),
         components=Components(c.attunement, c.semantic, c.safety),
         continuity_drift_score=s.score, tier=s.tier.label, effective_tier=s.effective_tier.label,
@@ -201,29 +203,24 @@ def message(out: Output) -> Message:
             return _score(out)
         case ReattuneQualityScore():
             return ResponseMessage(
-                id=out.id, user_id=out.user_id, session_id=_session(out.session_id),
-                event_ts=iso(out.ts_s), score_kind="reattune_quality", turn=out.turn,
+                **_envelope(out), score_kind="reattune_quality", turn=out.turn,
                 source_event_id=out.source_event_id, **_reattunement(out.reattunement))
         case Response():
             return ResponseMessage(
-                id=out.id, user_id=out.user_id, session_id=_session(out.session_id),
-                event_ts=iso(out.ts_s), action=out.action.value,
+                **_envelope(out), action=out.action.value,
                 cause_event_id=out.cause_event_id, **_detail(out.detail))
         case Escalation():
             return EscalationMessage(
-                id=out.id, user_id=out.user_id, session_id=_session(out.session_id),
-                event_ts=iso(out.ts_s), kind=out.escalation.value, route=out.route,
+                **_envelope(out), kind=out.escalation.value, route=out.route,
                 sessions=out.sessions, last_quality=out.last_quality, threshold=out.threshold,
                 cause_event_id=out.cause_event_id)
         case Violation():
             return ViolationMessage(
-                id=out.id, user_id=out.user_id, session_id=_session(out.session_id),
-                event_ts=iso(out.ts_s), rule=out.rule.value, reason=out.reason,
+                **_envelope(out), rule=out.rule.value, reason=out.reason,
                 event_id=out.event_id)
         case ErasureReceipt():
             return ReceiptMessage(
-                id=out.id, user_id=out.user_id, session_id=_session(out.session_id),
-                event_ts=iso(out.ts_s), request_id=out.request_id, reason=out.reason,
+                **_envelope(out), request_id=out.request_id, reason=out.reason,
                 cause_event_id=out.cause_event_id, outcome=out.outcome.value,
                 targets=[Target(t.kind.value, t.baseline_id, t.versions, t.outcome.value)
                          for t in out.targets],
