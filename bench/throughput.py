@@ -57,6 +57,7 @@ import os
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -184,12 +185,6 @@ def phase_ab(bootstrap: str, base: Path, n: int, broker_pid: int, timeout_s: flo
     return out
 
 
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def report_ab(rows: Sequence[dict[str, Any]], against: str) -> list[str]:
     """The rounds of :func:`phase_ab` as a table, with the medians and this tree's rate over
     the other's in each round."""
@@ -215,8 +210,8 @@ def report_ab(rows: Sequence[dict[str, Any]], against: str) -> list[str]:
     for row in rows:
         lines.append(f"| {row['round']} | " + " | ".join(cells(row.get)) + " | "
                      f"{row['this_1'] / row['other_1']:.3f} |")
-    median = {key: _median([row[key] for row in rows]) for key in rows[0] if key != "round"}
-    ratio = _median([row["this_1"] / row["other_1"] for row in rows])
+    median = {key: statistics.median([row[key] for row in rows]) for key in rows[0] if key != "round"}
+    ratio = statistics.median([row["this_1"] / row["other_1"] for row in rows])
     lines.append("| median | " + " | ".join(cells(median.get)) + f" | {ratio:.3f} |")
     lines.append("(records/s, and the workers' CPU us per record in brackets)")
     return lines
