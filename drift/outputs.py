@@ -18,6 +18,8 @@ from drift.model import BaselineKind, Mode, ModelTriple, Tier
 from drift.reattune import ReattuneScore
 
 
+# Enums and frozen dataclasses alike in form, here and in drift.model: each declares its own
+# closed set of the SPEC's values or its own result, and mypy checks each by its type.
 class OutputKind(str, enum.Enum):
     SCORE = "score"
     RESPONSE = "response"

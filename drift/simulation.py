@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# The event bodies it writes, imported by name as drift.fold imports the ones it folds.
 from drift.model import (
     BaselineKind,
     Body,
@@ -37,6 +38,7 @@ GATE = "gate-cfg-3"
 POLICY = "drift-policy-1"
 
 
+# The same form as drift.outputs' enums: one closed set of values, the simulator's scenarios.
 class Scenario(str, enum.Enum):
     STABLE = "stable"
     ATTUNEMENT_SHIFT = "attunement_shift"

@@ -87,6 +87,7 @@ class RestoreError(RuntimeError):
     """A partition's changelog could not be read back to the marker written for it."""
 
 
+# Plain records, alike in form to drift.simulation's SimParams and TruthRow: the data differ.
 @dataclass
 class _Generation:
     """The generation a partition writes to now."""

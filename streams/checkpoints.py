@@ -49,6 +49,7 @@ class Checkpoints:
     def __init__(self, engine: Engine, store: BaselineStore, changelog: Changelog,
                  publisher: Publisher, consumer: AIOKafkaConsumer, metrics: Metrics,
                  broker: BrokerWatch) -> None:
+        # Its collaborators assigned one by one, as Engine.__init__ assigns its own: other objects.
         self.engine = engine
         self.store = store
         self.changelog = changelog

@@ -68,6 +68,7 @@ class WireStates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     legal_hold: bool
 
 
+# One Struct per event type of the schema, alike in form: each validates its own event's fields.
 class SessionStartEvent(_Base, frozen=True, tag="session_start"):
     continuity_mode: ModeName
     consent_state_id: Text

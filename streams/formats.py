@@ -14,6 +14,8 @@ from msgspec import UNSET, Struct, UnsetType
 SCHEMA = "drift/1"
 
 
+# One Struct per JSON object of SPEC section 7, alike in form: each holds its own keys, in
+# the order they are encoded.
 class Ref(Struct, frozen=True):
     baseline_id: str
     version: int

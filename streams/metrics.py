@@ -158,6 +158,8 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
     0.0
     """
     r = registry
+    # One constructor call per metric, alike in form: each has its own name, help, labels and
+    # buckets, and mypy checks each against its field of Metrics.
     metrics = Metrics(
         events=Counter(
             "continuity_events", "FHR events accepted, by event type",

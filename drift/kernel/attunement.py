@@ -223,6 +223,8 @@ def _scores(current: npt.NDArray[np.float64], base: npt.NDArray[np.float64],
     return True
 
 
+# The reference's signature on purpose: this compiled twin is passed where
+# drift.attunement.score_attunement_drift is (drift.fold.step's ``score``).
 def score_attunement(
     current: Sequence[Sequence[float]],
     features: tuple[str, ...],

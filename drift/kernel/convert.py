@@ -18,6 +18,8 @@ import numpy.typing as npt
 from drift.baseline import UserBaselines
 from drift.evolve import evolve
 from drift.kernel.layout import (
+    # The slot layout's constants by name, as drift.kernel.turns imports them: each module
+    # lists the slots it reads.
     BASELINING,
     BLOCKING_NAMES,
     DIRTY_SESSION,

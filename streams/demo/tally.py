@@ -28,8 +28,8 @@ raised or released, a check prompted, a model re-attuned or not, an escalation, 
 an erasure."""
 
 
-# One struct per topic's message, with only the fields the screen shows. They share field
-# names (user, kind, reason), not a shape: each decodes what its own topic carries.
+# One struct per topic's message, with only the fields the screen shows. They look alike
+# (an id, a user id, a few optional fields), but each decodes what its own topic carries.
 class _Feature(msgspec.Struct, frozen=True):
     feature: str
     z: float = 0.0

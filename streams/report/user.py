@@ -38,8 +38,8 @@ from streams.report.messages import BaselineHistory, DriftScoreMsg, Outputs
 from streams.report.window import Window
 
 
-# One frozen row class per table of the page: the JSON twin names each column by its field,
-# so rows that look alike (a time, a kind, a count) stay classes of their own.
+# One frozen row class per table of the page: the JSON twin names each column by its field, so
+# rows alike in form (here, in the overview, in drift's events and outputs) stay classes.
 @dataclass(frozen=True, slots=True)
 class ScorePoint:
     session: int
