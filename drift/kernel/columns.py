@@ -37,6 +37,9 @@ from drift.state import TurnLog, UserState
 
 NO_BASELINES = UserBaselines()
 _DIRTY = DIRTY_USER | DIRTY_SESSION
+#: The session numbers start anew once they pass this many per user (plus the spare): they
+#: are kept from batch to batch, so a slot's number stays written, but not without bound.
+_CODES_PER_USER, _CODES_SPARE = 4, 4096
 
 
 class UserColumns:
@@ -75,6 +78,10 @@ class UserColumns:
         """One slot's rows as the kernel saved them before a turn it scores (its caller
         puts them back if the scoring raises: :meth:`restore`)."""
         self._codes: dict[str, int] = {}
+        self._generation = 0
+        """How many times the session numbers were started anew (:meth:`begin_batch`)."""
+        self._bound = [-1] * capacity
+        """Per slot, the generation its open session's number was written in."""
         self.fresh: list[str] = []
         """Users given a slot since the running batch began (:meth:`begin_batch`)."""
         self.states = _StateView(self)
@@ -140,6 +147,7 @@ class UserColumns:
         self._turns += [None] * old
         self._rings += [None] * old
         self._hints += [None] * old
+        self._bound += [-1] * old
         self._free = list(range(2 * old - 1, old - 1, -1))
 
     def drop(self, user_id: str) -> None:
@@ -164,6 +172,7 @@ class UserColumns:
         held_ring = None if flags & (DIRTY_USER | PY_ONLY) else self._rings[s]
         fits = load(state, hint, s, self.icols, self.fcols, self.rings, self.geometry,
                     self.session_code, held_turns, held_ring)
+        self._bound[s] = self._generation
         self._turns[s] = turns if fits else None
         self._rings[s] = state.recent.ring if fits else None
 
@@ -271,13 +280,16 @@ class UserColumns:
         return self.geometry.geom, self.geometry.params
 
     def begin_batch(self) -> None:
-        """Start numbering session ids anew (the numbers live for one batch), and
-        :attr:`fresh` empty."""
-        self._codes.clear()
+        """Start a batch: :attr:`fresh` empty, and the session numbers started anew when
+        there are many more of them than users (they number every session seen since)."""
         self.fresh.clear()
+        if len(self._codes) > _CODES_PER_USER * len(self._index) + _CODES_SPARE:
+            self._codes.clear()
+            self._generation += 1
 
     def session_code(self, session_id: str) -> int:
-        """The number of ``session_id`` in the running batch.
+        """The number of ``session_id`` (the same until :meth:`begin_batch` starts the
+        numbers anew).
 
         >>> cols = UserColumns(DriftConfig())
         >>> cols.session_code("s1"), cols.session_code("s2"), cols.session_code("s1")
@@ -290,11 +302,16 @@ class UserColumns:
         return code
 
     def bind_session(self, s: int) -> None:
-        """Number slot ``s``'s open session in the running batch."""
+        """Write slot ``s``'s open session's number, unless it was written since the
+        numbers last started anew (a slot's session changes only through :meth:`_load`,
+        which writes it)."""
+        if self._bound[s] == self._generation:
+            return
         shell = self._shells[s]
         session = shell.session if shell is not None else None
         self.icols[s, I_SESSION] = self.session_code(session.session_id) \
             if session is not None else -1
+        self._bound[s] = self._generation
 
     def mark_stored(self, s: int) -> None:
         """Slot ``s`` holds a state of its own from now (not only baselines)."""

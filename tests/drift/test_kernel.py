@@ -35,6 +35,7 @@ from drift.model import (
     FhrEvent,
     MemoryWrite,
     Mode,
+    ModelTriple,
     Semantic,
     SessionStart,
     Turn,
@@ -75,7 +76,7 @@ def reference(events: Sequence[FhrEvent], config: DriftConfig) -> Run:
 
 def kernel(events: Sequence[FhrEvent], config: DriftConfig, batch: int,
            cols: UserColumns | None = None) -> tuple[Run, int]:
-    cols = cols or UserColumns(config, capacity=2)
+    cols = cols if cols is not None else UserColumns(config, capacity=2)
     effects: list[Effects] = []
     handoffs = 0
     for i in range(0, len(events), batch):
@@ -115,6 +116,49 @@ def test_the_golden_log_gives_the_reference_effects_and_states() -> None:
     # (duplicates of memory-only users after their session are new events again)
     assert sum(e.duplicate for e in ref.effects) >= len(events) // 10
     assert 0 < handoffs < len(events) // 2  # the kernel took most events
+
+
+@pytest.mark.parametrize("spare", [0, 3])
+def test_session_numbers_started_anew_between_batches_keep_the_reference_effects(
+        monkeypatch: pytest.MonkeyPatch, spare: int) -> None:
+    """Session numbers live from batch to batch and start anew past a bound: a slot whose
+    number was written before that is written again before the kernel reads it."""
+    import drift.kernel.columns as columns_module
+
+    monkeypatch.setattr(columns_module, "_CODES_PER_USER", 0)
+    monkeypatch.setattr(columns_module, "_CODES_SPARE", spare)
+    events = list(golden_events())
+    cols = UserColumns(DriftConfig(), capacity=2)
+    for batch in (5, 37):
+        fresh = UserColumns(DriftConfig(), capacity=2)
+        got, _ = kernel(events, DriftConfig(), batch, fresh)
+        assert_same(reference(events, DriftConfig()), got, f"batch={batch} spare={spare}")
+        assert fresh._generation > 0
+        cols = fresh
+    assert cols._generation < len(events)
+
+
+def test_a_stale_session_number_is_not_taken_for_the_open_session(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn of a session that is not open, numbered after the numbers started anew as the
+    open one was before, is not taken for a turn of the open session."""
+    import drift.kernel.columns as columns_module
+
+    monkeypatch.setattr(columns_module, "_CODES_PER_USER", 0)
+    monkeypatch.setattr(columns_module, "_CODES_SPARE", 0)
+    start = SessionStart(Mode.FULL, "c", ModelTriple("m", "t", "bf16"), "g", "p")
+    log = [FhrEvent("e0", "session_start", 0.0, "u", "s1", False, start)]
+    log += [FhrEvent(f"e{k}", "turn", 10.0 * k, "u", "s1", False, Turn.neutral(k))
+            for k in (1, 2)]
+    stray = [FhrEvent("e9", "turn", 40.0, "u", "s2", False, Turn.neutral(3))]
+    fresh = UserColumns(DriftConfig(), capacity=2)
+    first = fold_batch(fresh, log, DriftConfig())
+    done = fold_batch(fresh, stray, DriftConfig())
+    assert fresh._generation == 1
+    effects = [first.effects(k) for k in range(3)] + [done.effects(0)]
+    assert_same(reference(log + stray, DriftConfig()),
+                Run([e for e in effects if e is not None], {"u": fresh.states["u"]},
+                    {"u": fresh.baselines["u"]} if "u" in fresh.baselines else {}), "stray")
 
 
 def _users_log(sessions: list[list[Plan]], resend: int, eph_every: int, seed: int
