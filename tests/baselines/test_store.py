@@ -99,6 +99,8 @@ def test_erasure_tombstones_verifies_is_idempotent_and_compaction_drops_the_byte
     assert versions_left == [] and len(tombstones) == 3
     assert {t["request_id"] for t in tombstones} == {"req-1"}
     store.compact()
+    # one DuckDB thread, before and after the file is rewritten (baselines.store._DUCKDB)
+    assert store._con.execute("SELECT current_setting('threads')").fetchone() == (1,)
     store.close()
     for f in tmp_path.iterdir():
         assert b"victim-7-c0" not in f.read_bytes()
