@@ -6,11 +6,12 @@ the engine's instructions for an A/B; this splits the engine's cost by concern, 
 limits the worker can be read as a table instead of a flame graph:
 
 - decode (``Engine.decode``: msgspec, validation, domain values);
-- the fold (``drift.kernel.fold_batch``): the compiled kernel (``apply_turns``), the
-  turns it took that reach a checkpoint (scored by its caller), and the events it hands
-  to the reference
+- the fold (``drift.kernel.fold_batch``): the batch's event columns, the compiled kernel
+  (``apply_turns``), the turns it took that reach a checkpoint (scored by its caller, on
+  rows read back from the columns), the events it hands to the reference
   (``drift.fold.step``): re-attunement, the baseline fold at session end, the session
-  start;
+  start; and the hand-offs' conversions, a user's state built from the columns before
+  the reference's step and loaded back into them after it;
 - scoring at checkpoints wherever the fold calls it (``checkpoint``: the attunement test,
   the composite, the response ladder), and the attunement test alone;
 - the shell (``Engine.process`` less decode and fold: metrics, output encoding, staging);
@@ -50,8 +51,16 @@ PARTS = (
     ("engine (Engine.process)", "streams.engine", "Engine.process", None),
     ("decode", "streams.engine", "Engine.decode", "engine (Engine.process)"),
     ("fold (fold_batch)", "streams.engine", "fold_batch", "engine (Engine.process)"),
+    ("event columns (EventColumns.of)", "drift.kernel.events", "EventColumns.of",
+     "fold (fold_batch)"),
     ("kernel (apply_turns)", "drift.kernel.batch", "apply_turns", "fold (fold_batch)"),
     ("turns the kernel scored", "drift.kernel.batch", "_score", "fold (fold_batch)"),
+    ("their rows from the columns (looked_at)", "drift.kernel.columns", "UserColumns.looked_at",
+     "turns the kernel scored"),
+    ("state built from the columns (state_at)", "drift.kernel.columns", "UserColumns.state_at",
+     "fold (fold_batch)"),
+    ("state loaded into the columns (put_at)", "drift.kernel.columns", "UserColumns.put_at",
+     "fold (fold_batch)"),
     ("hand-offs (drift.fold.step)", "drift.kernel.batch", "step", "fold (fold_batch)"),
     ("re-attunement", "drift.fold", "reattune", "hand-offs (drift.fold.step)"),
     ("baseline fold at session end", "drift.fold", "fold_session",
@@ -66,24 +75,34 @@ PARTS = (
 
 
 class Timers:
-    """Calls and seconds per part, gathered by wrappers set on the modules."""
+    """Calls and seconds per part, gathered by wrappers set on the modules. A part with a
+    parent is timed only while its parent runs (``UserColumns.state_at`` is called by the
+    fold and by the checkpoint too: only the fold's calls are the fold's)."""
 
     def __init__(self) -> None:
         self.calls: dict[str, int] = {}
         self.seconds: dict[str, float] = {}
+        self.running: dict[str, int] = {}
 
-    def wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(self, label: str, fn: Callable[..., Any], parent: str | None = None
+             ) -> Callable[..., Any]:
         self.calls[label], self.seconds[label] = 0, 0.0
+        self.running.setdefault(label, 0)
         clock = time.perf_counter
+        running = self.running
 
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if parent is not None and not running.get(parent):
+                return fn(*args, **kwargs)
+            running[label] += 1
             started = clock()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.seconds[label] += clock() - started
                 self.calls[label] += 1
+                running[label] -= 1
 
         return timed
 
@@ -93,12 +112,12 @@ def install(timers: Timers) -> None:
     (once per process: a second call would time each part twice)."""
     import importlib
 
-    for label, module, name, _ in PARTS:
+    for label, module, name, parent in PARTS:
         owner: Any = importlib.import_module(module)
         *path, attr = name.split(".")
         for part in path:
             owner = getattr(owner, part)
-        timed = timers.wrap(label, getattr(owner, attr))
+        timed = timers.wrap(label, getattr(owner, attr), parent)
         if isinstance(inspect.getattr_static(owner, attr), staticmethod):
             timed = staticmethod(timed)
         setattr(owner, attr, timed)
