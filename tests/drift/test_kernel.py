@@ -19,6 +19,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -188,15 +189,23 @@ def _users_log(sessions: list[list[Plan]], resend: int, eph_every: int, seed: in
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(plans, min_size=1, max_size=6), min_size=1, max_size=3),
        st.sampled_from([0, 0, 4, 9]), st.sampled_from([0, 0, 0, 5]), st.integers(0, 2**32),
-       st.sampled_from([1, 7, 64, 1000]), st.sampled_from(CONFIGS))
-@example([EVERY_ERASURE], 0, 0, 0, 64, DriftConfig())
-@example([EVERY_ERASURE, EVERY_ERASURE[::-1]], 3, 4, 1, 5, SMALL)
+       st.sampled_from([1, 7, 64, 1000]), st.sampled_from(CONFIGS),
+       st.sampled_from([None, None, 0, 2]))
+@example([EVERY_ERASURE], 0, 0, 0, 64, DriftConfig(), None)
+@example([EVERY_ERASURE, EVERY_ERASURE[::-1]], 3, 4, 1, 5, SMALL, 0)
 def test_any_log_gives_the_reference_effects_and_states(
         sessions: list[list[Plan]], resend: int, eph_every: int, seed: int, batch: int,
-        config: DriftConfig) -> None:
+        config: DriftConfig, spare: int | None) -> None:
+    """``spare`` set: the session numbers start anew past that many (not per user)."""
     events = _users_log(sessions, resend, eph_every, seed)
-    tag = f"seed={seed} batch={batch} resend={resend} eph_every={eph_every}"
-    assert_same(reference(events, config), kernel(events, config, batch)[0], tag)
+    tag = f"seed={seed} batch={batch} resend={resend} eph_every={eph_every} spare={spare}"
+    import drift.kernel.columns as columns_module
+
+    per_user, spare = (columns_module._CODES_PER_USER, columns_module._CODES_SPARE) \
+        if spare is None else (0, spare)
+    with mock.patch.multiple(columns_module, _CODES_PER_USER=per_user, _CODES_SPARE=spare):
+        got = kernel(events, config, batch)[0]
+    assert_same(reference(events, config), got, tag)
 
 
 turns = st.builds(
