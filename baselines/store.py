@@ -93,9 +93,8 @@ class StoreUnavailable(RuntimeError):
     """The database file is held by a running worker (DuckDB allows one writer process)."""
 
 
-#: One DuckDB thread: a checkpoint writes thousands of rows, where DuckDB's parallel operators
-#: cost more than they save (10-13% less CPU per checkpoint measured with one thread), and a
-#: second thread would take the core the worker's loop runs on.
+#: One DuckDB thread: its parallel operators cost more than they save on a checkpoint's rows
+#: (docs/design.md), and a second thread would take the core the worker's loop runs on.
 _DUCKDB: dict[str, str | bool | int | float | list[str]] = {"threads": 1}
 
 
