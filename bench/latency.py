@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import statistics
 import subprocess
 import threading
 import time
@@ -64,16 +65,17 @@ def _share_le(values: Sequence[float], bound: float) -> float:
 
 def phase_latency(bootstrap: str, base: Path, records: Sequence[tuple[bytes, bytes, str]],
                   input_start: dict[int, int], rate: float, partitions: int,
-                  broker_pid: int, spec: WorkerSpec) -> dict[str, Any]:
+                  broker_pid: int, spec: WorkerSpec, name: str = "") -> dict[str, Any]:
     """A fresh worker whose group starts at ``input_start`` gets ``records`` at ``rate``/s.
 
-    Each call gets its own data dir and group (named after the rate), so that phases at
-    several rates on one broker do not share state.
+    Each call gets its own data dir and group (named after the rate, and ``name`` where
+    one rate runs more than once), so that phases on one broker do not share state.
     """
-    app_id = f"bench-latency-{rate:.0f}-{os.getpid()}-{int(time.time())}"
+    label = f"{name}{rate:.0f}"
+    app_id = f"bench-latency-{label}-{os.getpid()}-{int(time.time())}"
     commit_group_offsets(bootstrap, app_id, input_start)
     out_topics = (topics.SCORES, topics.RESPONSES, topics.VIOLATIONS)
-    worker = WorkerRun(bootstrap, base, f"worker-latency-{rate:.0f}", app_id, spec).start()
+    worker = WorkerRun(bootstrap, base, f"worker-latency-{label}", app_id, spec).start()
     acks: list[float] = []
     try:
         ready_s = worker.wait_ready(120)
@@ -252,3 +254,38 @@ def report_latency(runs: Sequence[dict[str, Any]], floors: Sequence[dict[str, An
         if "error" in floor:
             lines.append(f"  floor at {floor['rate']:.0f}/s: failed: {floor['error']}")
     return lines
+
+
+def report_latency_ab(rows: Sequence[dict[str, Any]], against: str) -> list[str]:
+    """The interleaved latency rounds of ``--against``: per rate and round, each tree's exact
+    p50 and p99 (input record's timestamp to its first output), the medians, and this tree's
+    p99 over the other's."""
+    if not rows:
+        return []
+    lines = ["", f"latency A/B against: {against}",
+             ("| rate /s | round | this p50 ms | this p99 ms | other p50 ms | other p99 ms "
+              "| this / other (p99) |"), "|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def p(lat: dict[str, Any], q: str) -> float:
+        return math.nan if "error" in lat else 1e3 * lat["exact_per_record"][q]
+
+    verdicts = []
+    for rate in dict.fromkeys(row["rate"] for row in rows):
+        mine = [row for row in rows if row["rate"] == rate]
+        for row in mine:
+            this, other = row["this"], row["other"]
+            lines.append(f"| {rate:.0f} | {row['round']} | {fmt(p(this, 'p50'))} | "
+                         f"{fmt(p(this, 'p99'))} | {fmt(p(other, 'p50'))} | "
+                         f"{fmt(p(other, 'p99'))} | {p(this, 'p99') / p(other, 'p99'):.2f} |")
+        med = {f"{t}_{q}": statistics.median([p(row[t], q) for row in mine])
+               for t in ("this", "other") for q in ("p50", "p99")}
+        lines.append(f"| {rate:.0f} | median | {fmt(med['this_p50'])} | {fmt(med['this_p99'])} "
+                     f"| {fmt(med['other_p50'])} | {fmt(med['other_p99'])} | "
+                     f"{med['this_p99'] / med['other_p99']:.2f} |")
+        goal = latency_goal(rate)
+        if goal is not None:
+            verdicts.append(f"  {rate:>6.0f}/s: median p99 this {fmt(med['this_p99'])} ms, other "
+                            f"{fmt(med['other_p99'])} ms; goal p99 < {1e3 * goal:.0f} ms: this "
+                            f"{pass_fail(med['this_p99'] < 1e3 * goal)}, other "
+                            f"{pass_fail(med['other_p99'] < 1e3 * goal)}")
+    return [*lines, "", *verdicts] if verdicts else lines

@@ -97,7 +97,13 @@ from bench.harness import (
     rate_from_samples,
     stop_process,
 )
-from bench.latency import FLOOR_TOPIC, phase_floor, phase_latency, report_latency
+from bench.latency import (
+    FLOOR_TOPIC,
+    phase_floor,
+    phase_latency,
+    report_latency,
+    report_latency_ab,
+)
 from bench.memory import phase_memory, report_memory
 from bench.state_size import per_user_state, report_state, state_size_bound
 from bench.yardstick import baseline_aiokafka, baseline_faust
@@ -390,6 +396,22 @@ def _report_extras(res: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _latency_run(bootstrap: str, base: Path, records: Sequence[tuple[bytes, bytes, str]],
+                 begin: int, count: int, rate: float, partitions: int, broker_pid: int,
+                 spec: WorkerSpec, name: str = "") -> dict[str, Any]:
+    """One latency phase on ``records[begin:begin + count]``; a failed one is reported as
+    such and the other phases still run."""
+    try:
+        lat = phase_latency(bootstrap, base, records[begin:begin + count],
+                            offsets_after(records[:begin], partitions), rate, partitions,
+                            broker_pid, spec, name)
+        log(f"    exact p99 {1e3 * lat['exact_per_record']['p99']:.0f} ms")
+        return lat
+    except (RuntimeError, TimeoutError) as exc:
+        log(f"    latency run at {rate:.0f}/s failed: {exc}")
+        return {"rate": rate, "offered": count, "error": str(exc)}
+
+
 def report(res: dict[str, Any]) -> str:
     m = res["machine"]
     s = res["stream"]
@@ -402,6 +424,7 @@ def report(res: dict[str, Any]) -> str:
     lines += _report_throughput(res)
     lines += report_ab(res.get("ab") or [], res.get("against", ""))
     lines += report_latency(res.get("latency") or [], res.get("latency_floor") or [])
+    lines += report_latency_ab(res.get("latency_ab") or [], res.get("against", ""))
     if res.get("memory"):
         lines += report_memory(res["memory"])
     lines += _report_commits(res)
@@ -481,10 +504,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "another checkout: \"env PYTHONPATH=../before python -m "
                              "streams.cli\" (its 'run' arguments are appended)")
     parser.add_argument("--against", default=None, metavar="CMD",
-                        help="A/B: also run the throughput phase with the worker this command "
-                             "starts (as --worker-cmd), in alternating rounds on the same "
-                             "records; e.g. \"env PYTHONPATH=../before python -m "
-                             "streams.cli\"")
+                        help="A/B: also run the throughput and latency phases with the worker "
+                             "this command starts (as --worker-cmd), in alternating rounds on "
+                             "the same records (latency: each run on records of its own); "
+                             "e.g. \"env PYTHONPATH=../before python -m streams.cli\"")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of the --against comparison (default 3)")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
@@ -505,7 +528,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # floor gets the same slice, offered the same way, on a topic of its own just before)
     paced = [int(r * duration) for r in rates] if "latency" not in args.skip else []
     floors = bool(paced) and "floor" not in args.skip
-    total = max(n + sum(paced), mem_events if "memory" not in args.skip else 0)
+    # with --against, each rate runs 2 x --rounds times, each run on records of its own
+    runs_per_rate = 2 * args.rounds if args.against else 1
+    total = max(n + runs_per_rate * sum(paced), mem_events if "memory" not in args.skip else 0)
 
     command = "python bench/throughput.py" + (" --quick" if args.quick else "")
     for flag, value, default in (("--events", n, preset["events"]),
@@ -589,13 +614,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     int(overrides.get("batch_max", defaults.batch_max)),
                     float(overrides.get("batch_within_s", defaults.batch_within_s)))
                 log(f"    {res['faust_bare']['rate']:.0f} records/s")
+            other = WorkerSpec(tuple(shlex.split(args.against or "")), tuple(worker_kv),
+                               tuple(drift_kv))
+            if args.against:
+                res["against"] = args.against
             if "worker" not in args.skip and args.against:
                 log(f"A/B: this tree against {args.against}, {args.rounds} rounds")
-                other = WorkerSpec(tuple(shlex.split(args.against)), tuple(worker_kv),
-                                   tuple(drift_kv))
                 res["ab"] = phase_ab(broker.bootstrap, tmp, n, broker_pid, timeout, spec,
                                      other, args.rounds, args.workers)
-                res["against"] = args.against
             elif "worker" not in args.skip:
                 log("worker throughput run")
                 res["worker"] = phase_worker_throughput(broker.bootstrap, tmp, n, broker_pid,
@@ -620,17 +646,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                             broker.bootstrap, tmp, stream.records[begin:begin + count],
                             offsets_after(stream.records[n:begin], args.partitions), rate,
                             args.partitions, defaults))
+                    if args.against:
+                        res.setdefault("latency_ab", [])
+                        for r in range(args.rounds):
+                            trees = (("this", spec), ("other", other))
+                            row: dict[str, Any] = {"rate": rate, "round": r + 1}
+                            for name, tree in trees if r % 2 == 0 else trees[::-1]:
+                                log(f"latency A/B round {r + 1}, {name} tree: {count} "
+                                    f"records offered at {rate:.0f}/s")
+                                row[name] = _latency_run(broker.bootstrap, tmp, stream.records,
+                                                         begin, count, rate, args.partitions,
+                                                         broker_pid, tree, f"ab{r + 1}-{name}-")
+                                begin += count
+                            res["latency_ab"].append(row)
+                        continue
                     log(f"latency run: {count} records offered at {rate:.0f}/s")
-                    try:
-                        lat = phase_latency(
-                            broker.bootstrap, tmp, stream.records[begin:begin + count],
-                            offsets_after(stream.records[:begin], args.partitions), rate,
-                            args.partitions, broker_pid, spec)
-                        log(f"    exact p99 {1e3 * lat['exact_per_record']['p99']:.0f} ms")
-                    except (RuntimeError, TimeoutError) as exc:  # the other rates still run
-                        log(f"    latency run at {rate:.0f}/s failed: {exc}")
-                        lat = {"rate": rate, "offered": count, "error": str(exc)}
-                    res["latency"].append(lat)
+                    res["latency"].append(_latency_run(
+                        broker.bootstrap, tmp, stream.records, begin, count, rate,
+                        args.partitions, broker_pid, spec))
                     begin += count
                 if floors:
                     delete_topic(broker.bootstrap, FLOOR_TOPIC)

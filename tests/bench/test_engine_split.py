@@ -27,7 +27,10 @@ def test_engine_split_times_every_part_of_a_real_run() -> None:
     # The simulated users reach checkpoints, session ends and re-attunement.
     for part in ("scoring at checkpoints", "attunement test", "re-attunement",
                  "baseline fold at session end", "session start",
-                 "turns the kernel scored"):
+                 "turns the kernel scored", "event columns (EventColumns.of)",
+                 "their rows from the columns (looked_at)",
+                 "state built from the columns (state_at)",
+                 "state loaded into the columns (put_at)"):
         assert int(rows[part]["calls"]) > 0, part
     # Nested parts are inside their parent: no "rest" is negative.
     for label, row in rows.items():
