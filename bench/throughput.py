@@ -412,6 +412,31 @@ def _latency_run(bootstrap: str, base: Path, records: Sequence[tuple[bytes, byte
         return {"rate": rate, "offered": count, "error": str(exc)}
 
 
+def _latency_ab(base: Path, backlog: Sequence[tuple[bytes, bytes, str]],
+                offer: Sequence[tuple[bytes, bytes, str]], rate: float, partitions: int,
+                rounds: int, spec: WorkerSpec, other: WorkerSpec) -> list[dict[str, Any]]:
+    """``rounds`` rounds of one latency phase per tree, the trees' order alternating. Each
+    run has a broker of its own holding the same ``backlog`` (which the worker reads first),
+    and offers the same ``offer``: a broker's fetch slows as a partition's count of small
+    batches grows, so runs on one broker would each be slower than the one before."""
+    rows = []
+    for r in range(rounds):
+        trees = (("this", spec), ("other", other))
+        row: dict[str, Any] = {"rate": rate, "round": r + 1}
+        for name, tree in trees if r % 2 == 0 else trees[::-1]:
+            label = f"ab{r + 1}-{name}-"
+            log(f"latency A/B round {r + 1}, {name} tree: a broker with the {len(backlog)} "
+                f"records, then {len(offer)} offered at {rate:.0f}/s")
+            with EmbeddedBroker(log_path=base / f"broker-latency-{label}{rate:.0f}.log") as b:
+                assert b._proc is not None
+                topics.create_topics(b.bootstrap, partitions)
+                produce(b.bootstrap, backlog, partitions)
+                row[name] = _latency_run(b.bootstrap, base, [*backlog, *offer], len(backlog),
+                                         len(offer), rate, partitions, b._proc.pid, tree, label)
+        rows.append(row)
+    return rows
+
+
 def report(res: dict[str, Any]) -> str:
     m = res["machine"]
     s = res["stream"]
@@ -506,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--against", default=None, metavar="CMD",
                         help="A/B: also run the throughput and latency phases with the worker "
                              "this command starts (as --worker-cmd), in alternating rounds on "
-                             "the same records (latency: each run on records of its own); "
+                             "the same records (latency: each run on a broker of its own); "
                              "e.g. \"env PYTHONPATH=../before python -m streams.cli\"")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of the --against comparison (default 3)")
@@ -528,9 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # floor gets the same slice, offered the same way, on a topic of its own just before)
     paced = [int(r * duration) for r in rates] if "latency" not in args.skip else []
     floors = bool(paced) and "floor" not in args.skip
-    # with --against, each rate runs 2 x --rounds times, each run on records of its own
-    runs_per_rate = 2 * args.rounds if args.against else 1
-    total = max(n + runs_per_rate * sum(paced), mem_events if "memory" not in args.skip else 0)
+    total = max(n + sum(paced), mem_events if "memory" not in args.skip else 0)
 
     command = "python bench/throughput.py" + (" --quick" if args.quick else "")
     for flag, value, default in (("--events", n, preset["events"]),
@@ -647,18 +670,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                             offsets_after(stream.records[n:begin], args.partitions), rate,
                             args.partitions, defaults))
                     if args.against:
-                        res.setdefault("latency_ab", [])
-                        for r in range(args.rounds):
-                            trees = (("this", spec), ("other", other))
-                            row: dict[str, Any] = {"rate": rate, "round": r + 1}
-                            for name, tree in trees if r % 2 == 0 else trees[::-1]:
-                                log(f"latency A/B round {r + 1}, {name} tree: {count} "
-                                    f"records offered at {rate:.0f}/s")
-                                row[name] = _latency_run(broker.bootstrap, tmp, stream.records,
-                                                         begin, count, rate, args.partitions,
-                                                         broker_pid, tree, f"ab{r + 1}-{name}-")
-                                begin += count
-                            res["latency_ab"].append(row)
+                        res.setdefault("latency_ab", []).extend(_latency_ab(
+                            tmp, stream.records[:n], stream.records[begin:begin + count], rate,
+                            args.partitions, args.rounds, spec, other))
+                        begin += count
                         continue
                     log(f"latency run: {count} records offered at {rate:.0f}/s")
                     res["latency"].append(_latency_run(
