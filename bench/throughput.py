@@ -51,6 +51,7 @@ only interleaved rounds separate a change from the drift. For example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -63,7 +64,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,6 @@ from bench.harness import (
     build_stream,
     commit_histograms,
     create_topic,
-    delete_topic,
     fmt,
     fmt_ms,
     log,
@@ -412,27 +412,44 @@ def _latency_run(bootstrap: str, base: Path, records: Sequence[tuple[bytes, byte
         return {"rate": rate, "offered": count, "error": str(exc)}
 
 
+@contextlib.contextmanager
+def _broker_with(base: Path, label: str, backlog: Sequence[tuple[bytes, bytes, str]],
+                 partitions: int) -> Iterator[EmbeddedBroker]:
+    """A broker of its own holding ``backlog`` on the input topic. Each latency phase gets
+    one: a broker's fetch slows as a partition's count of small batches grows, so phases
+    after another's paced offer on one broker were each slower than the one before (six in a
+    row at 5,000/s: p99 61 to 195 ms, whichever tree ran)."""
+    with EmbeddedBroker(log_path=base / f"broker-{label}.log") as b:
+        topics.create_topics(b.bootstrap, partitions)
+        produce(b.bootstrap, backlog, partitions)
+        yield b
+
+
+def _latency_on_own_broker(base: Path, backlog: Sequence[tuple[bytes, bytes, str]],
+                           offer: Sequence[tuple[bytes, bytes, str]], rate: float,
+                           partitions: int, spec: WorkerSpec, label: str) -> dict[str, Any]:
+    """One latency phase: a broker with ``backlog`` (which the worker reads first, as a
+    worker without stored state does), then ``offer`` at ``rate``."""
+    with _broker_with(base, f"latency-{label}{rate:.0f}", backlog, partitions) as b:
+        assert b._proc is not None
+        return _latency_run(b.bootstrap, base, [*backlog, *offer], len(backlog), len(offer),
+                            rate, partitions, b._proc.pid, spec, label)
+
+
 def _latency_ab(base: Path, backlog: Sequence[tuple[bytes, bytes, str]],
                 offer: Sequence[tuple[bytes, bytes, str]], rate: float, partitions: int,
                 rounds: int, spec: WorkerSpec, other: WorkerSpec) -> list[dict[str, Any]]:
-    """``rounds`` rounds of one latency phase per tree, the trees' order alternating. Each
-    run has a broker of its own holding the same ``backlog`` (which the worker reads first),
-    and offers the same ``offer``: a broker's fetch slows as a partition's count of small
-    batches grows, so runs on one broker would each be slower than the one before."""
+    """``rounds`` rounds of one latency phase per tree, the trees' order alternating, each
+    on a broker of its own with the same ``backlog`` and ``offer``."""
     rows = []
     for r in range(rounds):
         trees = (("this", spec), ("other", other))
         row: dict[str, Any] = {"rate": rate, "round": r + 1}
         for name, tree in trees if r % 2 == 0 else trees[::-1]:
-            label = f"ab{r + 1}-{name}-"
-            log(f"latency A/B round {r + 1}, {name} tree: a broker with the {len(backlog)} "
-                f"records, then {len(offer)} offered at {rate:.0f}/s")
-            with EmbeddedBroker(log_path=base / f"broker-latency-{label}{rate:.0f}.log") as b:
-                assert b._proc is not None
-                topics.create_topics(b.bootstrap, partitions)
-                produce(b.bootstrap, backlog, partitions)
-                row[name] = _latency_run(b.bootstrap, base, [*backlog, *offer], len(backlog),
-                                         len(offer), rate, partitions, b._proc.pid, tree, label)
+            log(f"latency A/B round {r + 1}, {name} tree: {len(offer)} records offered at "
+                f"{rate:.0f}/s")
+            row[name] = _latency_on_own_broker(base, backlog, offer, rate, partitions, tree,
+                                               f"ab{r + 1}-{name}-")
         rows.append(row)
     return rows
 
@@ -550,7 +567,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mem_events = int(args.memory_events or preset["memory_events"])
     state_users: tuple[int, ...] = args.state_users or preset["state_users"]
     # one slice of the records per latency phase, after the throughput records (each rate's
-    # floor gets the same slice, offered the same way, on a topic of its own just before)
+    # floor gets the same slice, offered the same way; each phase on a broker of its own)
     paced = [int(r * duration) for r in rates] if "latency" not in args.skip else []
     floors = bool(paced) and "floor" not in args.skip
     total = max(n + sum(paced), mem_events if "memory" not in args.skip else 0)
@@ -617,8 +634,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             assert broker._proc is not None
             broker_pid = broker._proc.pid
             topics.create_topics(broker.bootstrap, args.partitions)
-            if floors:
-                create_topic(broker.bootstrap, FLOOR_TOPIC, args.partitions)
             log(f"broker at {broker.bootstrap}; producing {n} records")
             produce_rate = produce(broker.bootstrap, stream.records[:n], args.partitions)
             res["stream"] = {"records": n, "users": stream.users,
@@ -662,28 +677,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                 res["latency"], res["latency_floor"] = [], []
                 begin = n
                 for rate, count in zip(rates, paced, strict=True):
+                    offer, begin = stream.records[begin:begin + count], begin + count
                     if floors:
                         log(f"floor run: a plain consumer, the same {count} records offered "
-                            f"at {rate:.0f}/s to {FLOOR_TOPIC}")
-                        res["latency_floor"].append(phase_floor(
-                            broker.bootstrap, tmp, stream.records[begin:begin + count],
-                            offsets_after(stream.records[n:begin], args.partitions), rate,
-                            args.partitions, defaults))
+                            f"at {rate:.0f}/s to {FLOOR_TOPIC}, on a broker of its own")
+                        with _broker_with(tmp, f"floor-{rate:.0f}", stream.records[:n],
+                                          args.partitions) as b:
+                            create_topic(b.bootstrap, FLOOR_TOPIC, args.partitions)
+                            res["latency_floor"].append(phase_floor(
+                                b.bootstrap, tmp, offer, offsets_after([], args.partitions),
+                                rate, args.partitions, defaults))
                     if args.against:
                         res.setdefault("latency_ab", []).extend(_latency_ab(
-                            tmp, stream.records[:n], stream.records[begin:begin + count], rate,
-                            args.partitions, args.rounds, spec, other))
-                        begin += count
+                            tmp, stream.records[:n], offer, rate, args.partitions,
+                            args.rounds, spec, other))
                         continue
-                    log(f"latency run: {count} records offered at {rate:.0f}/s")
-                    res["latency"].append(_latency_run(
-                        broker.bootstrap, tmp, stream.records, begin, count, rate,
-                        args.partitions, broker_pid, spec))
-                    begin += count
-                if floors:
-                    delete_topic(broker.bootstrap, FLOOR_TOPIC)
+                    log(f"latency run: {count} records offered at {rate:.0f}/s, on a broker "
+                        "of its own")
+                    res["latency"].append(_latency_on_own_broker(
+                        tmp, stream.records[:n], offer, rate, args.partitions, spec, ""))
             if "memory" not in args.skip:
-                have = n + sum(paced)
+                have = n  # the latency phases ran on brokers of their own
                 if total > have:
                     log(f"producing {total - have} more records for the memory run")
                     produce(broker.bootstrap, stream.records[have:total], args.partitions)
