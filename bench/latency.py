@@ -256,12 +256,14 @@ def report_latency(runs: Sequence[dict[str, Any]], floors: Sequence[dict[str, An
     return lines
 
 
-def report_latency_ab(rows: Sequence[dict[str, Any]], against: str) -> list[str]:
+def report_latency_ab(rows: Sequence[dict[str, Any]], against: str,
+                      floors: Sequence[dict[str, Any]] = ()) -> list[str]:
     """The interleaved latency rounds of ``--against``: per rate and round, each tree's exact
-    p50 and p99 (input record's timestamp to its first output), the medians, and this tree's
-    p99 over the other's."""
+    p50 and p99 (input record's timestamp to its first output), the medians, this tree's
+    p99 over the other's, and the broker's floor at the rate where it was measured."""
     if not rows:
         return []
+    floor_at = {f["rate"]: f for f in floors if "error" not in f}
     lines = ["", f"latency A/B against: {against}",
              ("| rate /s | round | this p50 ms | this p99 ms | other p50 ms | other p99 ms "
               "| this / other (p99) |"), "|---:|---:|---:|---:|---:|---:|---:|"]
@@ -283,9 +285,12 @@ def report_latency_ab(rows: Sequence[dict[str, Any]], against: str) -> list[str]
                      f"| {fmt(med['other_p50'])} | {fmt(med['other_p99'])} | "
                      f"{med['this_p99'] / med['other_p99']:.2f} |")
         goal = latency_goal(rate)
+        floor = floor_at.get(rate)
+        beside = "" if floor is None else (
+            f" (the broker's floor: p99 {fmt(floor['latency_ms']['p99'])} ms)")
         if goal is not None:
             verdicts.append(f"  {rate:>6.0f}/s: median p99 this {fmt(med['this_p99'])} ms, other "
                             f"{fmt(med['other_p99'])} ms; goal p99 < {1e3 * goal:.0f} ms: this "
                             f"{pass_fail(med['this_p99'] < 1e3 * goal)}, other "
-                            f"{pass_fail(med['other_p99'] < 1e3 * goal)}")
+                            f"{pass_fail(med['other_p99'] < 1e3 * goal)}{beside}")
     return [*lines, "", *verdicts] if verdicts else lines

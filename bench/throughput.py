@@ -466,7 +466,8 @@ def report(res: dict[str, Any]) -> str:
     lines += _report_throughput(res)
     lines += report_ab(res.get("ab") or [], res.get("against", ""))
     lines += report_latency(res.get("latency") or [], res.get("latency_floor") or [])
-    lines += report_latency_ab(res.get("latency_ab") or [], res.get("against", ""))
+    lines += report_latency_ab(res.get("latency_ab") or [], res.get("against", ""),
+                               res.get("latency_floor") or [])
     if res.get("memory"):
         lines += report_memory(res["memory"])
     lines += _report_commits(res)

@@ -15,12 +15,14 @@ def test_the_rounds_their_medians_and_the_goal_of_each_tree() -> None:
     rows = [{"rate": 10000.0, "round": 1, "this": _run(20, 80), "other": _run(25, 200)},
             {"rate": 10000.0, "round": 2, "this": _run(22, 100), "other": _run(30, 400)},
             {"rate": 10000.0, "round": 3, "this": _run(24, 300), "other": _run(35, 300)}]
-    text = "\n".join(report_latency_ab(rows, "env PYTHONPATH=../before python -m streams.cli"))
+    floors = [{"rate": 10000.0, "latency_ms": {"p99": 27.0}}]
+    text = "\n".join(report_latency_ab(rows, "env PYTHONPATH=../before python -m streams.cli",
+                                        floors))
     assert "latency A/B against: env PYTHONPATH=../before python -m streams.cli" in text
     assert "| 10000 | 1 | 20 | 80 | 25 | 200 | 0.40 |" in text
     assert "| 10000 | median | 22 | 100 | 30 | 300 | 0.33 |" in text
     assert ("10000/s: median p99 this 100 ms, other 300 ms; goal p99 < 250 ms: this met, "
-            "other NOT met") in text
+            "other NOT met (the broker's floor: p99 27 ms)") in text
 
 
 def test_a_failed_run_is_shown_and_the_others_still_count() -> None:
