@@ -166,6 +166,14 @@ def phase_worker_throughput(bootstrap: str, base: Path, n: int, broker_pid: int,
         worker.stop()
 
 
+def _alternating(r: int, spec: WorkerSpec, other: WorkerSpec
+                 ) -> tuple[tuple[str, WorkerSpec], ...]:
+    """The two trees of an A/B in round ``r``'s order: this one first in even rounds, the
+    other first in odd ones, so that a drift of the host's speed falls on both alike."""
+    trees = (("this", spec), ("other", other))
+    return trees if r % 2 == 0 else trees[::-1]
+
+
 def phase_ab(bootstrap: str, base: Path, n: int, broker_pid: int, timeout_s: float,
              spec: WorkerSpec, other: WorkerSpec, rounds: int, workers: Sequence[int]
              ) -> list[dict[str, Any]]:
@@ -177,8 +185,7 @@ def phase_ab(bootstrap: str, base: Path, n: int, broker_pid: int, timeout_s: flo
     for r in range(rounds):
         row: dict[str, Any] = {"round": r + 1,
                                "aiokafka": baseline_aiokafka(bootstrap, n, base, timeout_s)["rate"]}
-        trees = (("this", spec), ("other", other))
-        for name, s in trees if r % 2 == 0 else trees[::-1]:
+        for name, s in _alternating(r, spec, other):
             for k in (1, *(w for w in workers if w > 1)):
                 run = phase_worker_throughput(bootstrap, base, n, broker_pid, timeout_s, None,
                                               s, k, f"ab{r + 1}-{name}-")
@@ -396,22 +403,6 @@ def _report_extras(res: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _latency_run(bootstrap: str, base: Path, records: Sequence[tuple[bytes, bytes, str]],
-                 begin: int, count: int, rate: float, partitions: int, broker_pid: int,
-                 spec: WorkerSpec, name: str = "") -> dict[str, Any]:
-    """One latency phase on ``records[begin:begin + count]``; a failed one is reported as
-    such and the other phases still run."""
-    try:
-        lat = phase_latency(bootstrap, base, records[begin:begin + count],
-                            offsets_after(records[:begin], partitions), rate, partitions,
-                            broker_pid, spec, name)
-        log(f"    exact p99 {1e3 * lat['exact_per_record']['p99']:.0f} ms")
-        return lat
-    except (RuntimeError, TimeoutError) as exc:
-        log(f"    latency run at {rate:.0f}/s failed: {exc}")
-        return {"rate": rate, "offered": count, "error": str(exc)}
-
-
 @contextlib.contextmanager
 def _broker_with(base: Path, label: str, backlog: Sequence[tuple[bytes, bytes, str]],
                  partitions: int) -> Iterator[EmbeddedBroker]:
@@ -429,11 +420,18 @@ def _latency_on_own_broker(base: Path, backlog: Sequence[tuple[bytes, bytes, str
                            offer: Sequence[tuple[bytes, bytes, str]], rate: float,
                            partitions: int, spec: WorkerSpec, label: str) -> dict[str, Any]:
     """One latency phase: a broker with ``backlog`` (which the worker reads first, as a
-    worker without stored state does), then ``offer`` at ``rate``."""
+    worker without stored state does), then ``offer`` at ``rate``; a failed one is
+    reported as such."""
     with _broker_with(base, f"latency-{label}{rate:.0f}", backlog, partitions) as b:
         assert b._proc is not None
-        return _latency_run(b.bootstrap, base, [*backlog, *offer], len(backlog), len(offer),
-                            rate, partitions, b._proc.pid, spec, label)
+        try:
+            lat = phase_latency(b.bootstrap, base, offer, offsets_after(backlog, partitions),
+                                rate, partitions, b._proc.pid, spec, label)
+        except (RuntimeError, TimeoutError) as exc:  # the other phases still run
+            log(f"    latency run at {rate:.0f}/s failed: {exc}")
+            return {"rate": rate, "offered": len(offer), "error": str(exc)}
+        log(f"    exact p99 {1e3 * lat['exact_per_record']['p99']:.0f} ms")
+        return lat
 
 
 def _latency_ab(base: Path, backlog: Sequence[tuple[bytes, bytes, str]],
@@ -443,9 +441,8 @@ def _latency_ab(base: Path, backlog: Sequence[tuple[bytes, bytes, str]],
     on a broker of its own with the same ``backlog`` and ``offer``."""
     rows = []
     for r in range(rounds):
-        trees = (("this", spec), ("other", other))
         row: dict[str, Any] = {"rate": rate, "round": r + 1}
-        for name, tree in trees if r % 2 == 0 else trees[::-1]:
+        for name, tree in _alternating(r, spec, other):
             log(f"latency A/B round {r + 1}, {name} tree: {len(offer)} records offered at "
                 f"{rate:.0f}/s")
             row[name] = _latency_on_own_broker(base, backlog, offer, rate, partitions, tree,
