@@ -2,8 +2,8 @@
 
 Everything the kernel needs of an event is a number: its user's slot, its kind,
 event time, the 64-bit fingerprint of its id (:func:`drift.state.event_hash`), its
-session's number (:meth:`~drift.kernel.columns.UserColumns.session_code`), its flags (ephemeral; a turn's blocking states and
-reflection) and, for a turn, its six dynamics through
+session's number (:meth:`~drift.kernel.columns.UserColumns.session_code`), its flags
+(ephemeral; a turn's blocking states and reflection) and, for a turn, its six dynamics through
 :func:`drift.features.transform_turn` (computed here by the reference function, so
 the kernel adds the very floats the fold would).
 """

@@ -14,6 +14,7 @@ the kernels as Python (coverage, debugging): ``NUMBA_DISABLE_JIT=1`` in front.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import drift.kernel.columns as columns_module
 from baselines.snapshot import encode_state
 from drift.baseline import UserBaselines
 from drift.fold import initial, may_erase, step
@@ -124,27 +126,20 @@ def test_session_numbers_started_anew_between_batches_keep_the_reference_effects
         monkeypatch: pytest.MonkeyPatch, spare: int) -> None:
     """Session numbers live from batch to batch and start anew past a bound: a slot whose
     number was written before that is written again before the kernel reads it."""
-    import drift.kernel.columns as columns_module
-
     monkeypatch.setattr(columns_module, "_CODES_PER_USER", 0)
     monkeypatch.setattr(columns_module, "_CODES_SPARE", spare)
     events = list(golden_events())
-    cols = UserColumns(DriftConfig(), capacity=2)
     for batch in (5, 37):
-        fresh = UserColumns(DriftConfig(), capacity=2)
-        got, _ = kernel(events, DriftConfig(), batch, fresh)
+        cols = UserColumns(DriftConfig(), capacity=2)
+        got, _ = kernel(events, DriftConfig(), batch, cols)
         assert_same(reference(events, DriftConfig()), got, f"batch={batch} spare={spare}")
-        assert fresh._generation > 0
-        cols = fresh
-    assert cols._generation < len(events)
+        assert 0 < cols._generation < len(events)
 
 
 def test_a_stale_session_number_is_not_taken_for_the_open_session(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A turn of a session that is not open, numbered after the numbers started anew as the
     open one was before, is not taken for a turn of the open session."""
-    import drift.kernel.columns as columns_module
-
     monkeypatch.setattr(columns_module, "_CODES_PER_USER", 0)
     monkeypatch.setattr(columns_module, "_CODES_SPARE", 0)
     start = SessionStart(Mode.FULL, "c", ModelTriple("m", "t", "bf16"), "g", "p")
@@ -199,11 +194,8 @@ def test_any_log_gives_the_reference_effects_and_states(
     """``spare`` set: the session numbers start anew past that many (not per user)."""
     events = _users_log(sessions, resend, eph_every, seed)
     tag = f"seed={seed} batch={batch} resend={resend} eph_every={eph_every} spare={spare}"
-    import drift.kernel.columns as columns_module
-
-    per_user, spare = (columns_module._CODES_PER_USER, columns_module._CODES_SPARE) \
-        if spare is None else (0, spare)
-    with mock.patch.multiple(columns_module, _CODES_PER_USER=per_user, _CODES_SPARE=spare):
+    with (contextlib.nullcontext() if spare is None else
+          mock.patch.multiple(columns_module, _CODES_PER_USER=0, _CODES_SPARE=spare)):
         got = kernel(events, config, batch)[0]
     assert_same(reference(events, config), got, tag)
 
