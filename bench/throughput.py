@@ -223,7 +223,8 @@ def report_ab(rows: Sequence[dict[str, Any]], against: str) -> list[str]:
     for row in rows:
         lines.append(f"| {row['round']} | " + " | ".join(cells(row.get)) + " | "
                      f"{row['this_1'] / row['other_1']:.3f} |")
-    median = {key: statistics.median([row[key] for row in rows]) for key in rows[0] if key != "round"}
+    median = {key: statistics.median([row[key] for row in rows])
+              for key in rows[0] if key != "round"}
     ratio = statistics.median([row["this_1"] / row["other_1"] for row in rows])
     lines.append("| median | " + " | ".join(cells(median.get)) + f" | {ratio:.3f} |")
     lines.append("(records/s, and the workers' CPU us per record in brackets)")
