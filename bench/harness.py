@@ -301,6 +301,19 @@ def proc_cpu_s(pid: int) -> float:
         return 0.0
 
 
+def machine_cpu_s() -> tuple[float, float]:
+    """The machine's busy and idle CPU seconds since boot, summed over its CPUs
+    (``/proc/stat``; zeros where it cannot be read)."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal
+    return busy / CLK_TCK, idle / CLK_TCK
+
+
 def child_pids(pid: int) -> list[int]:
     """The process's children (none once it is gone)."""
     try:
@@ -569,12 +582,16 @@ class WorkerRun:
         return scrape(self.metrics_url)
 
     def processed(self) -> float:
-        total = 0.0
+        return sum(self.processed_each())
+
+    def processed_each(self) -> list[float]:
+        """Each worker's count of records processed, in the order of their ports."""
+        counts = []
         for port in self.ports:
             s = scrape(f"http://127.0.0.1:{port}/metrics")
-            total += metric_sum(s, "continuity_events_total") + metric_sum(
-                s, "continuity_rejections_total")
-        return total
+            counts.append(metric_sum(s, "continuity_events_total") + metric_sum(
+                s, "continuity_rejections_total"))
+        return counts
 
     def cpu_s(self) -> float:
         """CPU seconds of the process and its children (the workers under a supervisor)."""
@@ -603,18 +620,22 @@ class WorkerRun:
     def wait_processed(self, target: float, timeout_s: float,
                        on_sample: Callable[[float, float], None] | None = None,
                        interval_s: float = POLL_S) -> list[tuple[float, float]]:
-        """Poll /metrics until ``target`` records are counted; returns (time, count)."""
+        """Poll /metrics until ``target`` records are counted; returns (time, count). Each
+        worker's own counts are kept in :attr:`each` (time, counts)."""
         seen: list[tuple[float, float]] = []
+        self.each: list[tuple[float, list[float]]] = []
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self.check()
             try:
-                count = self.processed()
+                counts = self.processed_each()
             except OSError:
                 time.sleep(interval_s)
                 continue
             now = time.monotonic()
+            count = sum(counts)
             seen.append((now, count))
+            self.each.append((now, counts))
             if on_sample is not None:
                 on_sample(now, count)
             if count >= target:
@@ -643,6 +664,32 @@ def rate_from_samples(samples: list[tuple[float, float]], target: float) -> dict
             break
     seconds = max(t1 - t0, 1e-9)
     return {"rate": (target - c0) / seconds, "seconds": seconds, "from_count": c0}
+
+
+def rate_all_busy(each: Sequence[tuple[float, Sequence[float]]]) -> dict[str, float]:
+    """Records/s of several workers while every one of them still had records: from the first
+    sample with a record counted to the last sample before any worker reached its final
+    count (``each`` holds (time, each worker's count) samples to the end of the run), and
+    each worker's share of the records.
+
+    >>> r = rate_all_busy([(0.0, [0, 0]), (1.0, [10, 10]), (2.0, [20, 20]), (3.0, [30, 24]),
+    ...                    (4.0, [36, 24])])
+    >>> r["rate"], r["seconds"], r["shares"]
+    (20.0, 1.0, [0.6, 0.4])
+    """
+    if len(each) < 2:
+        return {"rate": math.nan, "seconds": math.nan, "shares": []}
+    finals = list(each[-1][1])
+    total = sum(finals)
+    first = next((k for k, (_, c) in enumerate(each) if sum(c) > 0), None)
+    done = next((k for k, (_, c) in enumerate(each)
+                 if any(x >= f for x, f in zip(c, finals, strict=True))), len(each) - 1)
+    shares = [f / total if total else math.nan for f in finals]
+    last = done - 1
+    if first is None or last <= first:
+        return {"rate": math.nan, "seconds": math.nan, "shares": shares}
+    (t0, c0), (t1, c1) = each[first], each[last]
+    return {"rate": (sum(c1) - sum(c0)) / (t1 - t0), "seconds": t1 - t0, "shares": shares}
 
 
 def percentiles(values: Sequence[float], qs: Iterable[float] = (50, 95, 99, 99.9)

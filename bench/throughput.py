@@ -86,6 +86,7 @@ from bench.harness import (
     fmt_ms,
     log,
     machine,
+    machine_cpu_s,
     metric_sum,
     offsets_after,
     partition_of,
@@ -94,6 +95,7 @@ from bench.harness import (
     proc_cpu_s,
     proc_rss_mb,
     produce,
+    rate_all_busy,
     rate_from_samples,
     stop_process,
 )
@@ -141,23 +143,26 @@ def phase_worker_throughput(bootstrap: str, base: Path, n: int, broker_pid: int,
                  "raw", "--nonblocking", "--output", str(profile_dir / "worker-throughput.txt"),
                  "--duration", str(int(timeout_s))],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        cpu: list[tuple[float, float, float]] = []  # (count, worker CPU s, broker CPU s)
+        # (count, worker CPU s, broker CPU s, the machine's busy and idle CPU s)
+        cpu: list[tuple[float, float, float, float, float]] = []
 
         def sample(now: float, count: float) -> None:
-            cpu.append((count, worker.cpu_s(), proc_cpu_s(broker_pid)))
+            cpu.append((count, worker.cpu_s(), proc_cpu_s(broker_pid), *machine_cpu_s()))
 
         t0 = time.monotonic()
         samples = worker.wait_processed(n, timeout_s, on_sample=sample)
         t1 = time.monotonic()
         measured = rate_from_samples(samples, n)
         # CPU over the same window as the rate: first non-zero count to the end
-        c0, cpu0, bcpu0 = next((c for c in cpu if c[0] > 0), cpu[0])
-        c1, cpu1, bcpu1 = cpu[-1]
+        c0, cpu0, bcpu0, busy0, idle0 = next((c for c in cpu if c[0] > 0), cpu[0])
+        c1, cpu1, bcpu1, busy1, idle1 = cpu[-1]
         final = worker.samples()
         outputs = metric_sum(final, "continuity_outputs_total")
-        return {"records": n, "workers": workers, **measured, "ready_s": ready_s,
+        busy = rate_all_busy(worker.each) if workers > 1 else None
+        return {"records": n, "workers": workers, **measured, "ready_s": ready_s, "busy": busy,
                 "command": worker.command,
                 "worker_cpu_s": cpu1 - cpu0, "broker_cpu_s": bcpu1 - bcpu0,
+                "machine_busy_s": busy1 - busy0, "machine_idle_s": idle1 - idle0,
                 "cpu_records": c1 - c0, "wall_s": t1 - t0, "outputs": outputs,
                 **commit_histograms(final), "rss_mb": proc_rss_mb(worker.pid)}
     finally:
@@ -349,7 +354,45 @@ def _report_throughput(res: dict[str, Any]) -> list[str]:
             goal = f"; SPEC goal >= {SCALING_GOAL}x: {pass_fail(ratio >= SCALING_GOAL)}" \
                 if k == 2 else ""
             lines.append(f"c{k}/c = {ratio:.2f}x one worker{goal}")
+            lines += _all_busy(w, run) + _ceiling(w, run)
     return lines
+
+
+def _all_busy(one: dict[str, Any], many: dict[str, Any]) -> list[str]:
+    """The workers' rate while every one still had records: the run's rate also counts its
+    end, when the workers whose partitions held fewer records have finished and the others
+    go on alone (the keys do not split the records evenly between partitions)."""
+    busy = many.get("busy") or {}
+    if not busy or math.isnan(busy["rate"]):  # none, or too short a window
+        return []
+    shares = "/".join(f"{100 * x:.0f}" for x in busy["shares"])
+    ratio = busy["rate"] / one["rate"]
+    goal = f" (goal {SCALING_GOAL}x: {pass_fail(ratio >= SCALING_GOAL)})" \
+        if many["workers"] == 2 else ""
+    return [(f"    while all {many['workers']} had records ({busy['seconds']:.1f}s): "
+             f"{fmt(busy['rate'])} records/s = {ratio:.2f}x one worker{goal}; "
+             f"the workers' shares of the records were {shares}%, so the rest of the run "
+             "went at the pace of the ones left")]
+
+
+def _ceiling(one: dict[str, Any], many: dict[str, Any]) -> list[str]:
+    """How far ``many`` workers could go on this machine: its CPUs less what the broker and
+    everything else took during their run, over the cores one worker used, at one worker's
+    CPU per record. With the broker on the same machine and a worker using more than a
+    core (its checkpoint thread), this is the scaling's upper bound."""
+    total = many.get("machine_busy_s", 0.0) + many.get("machine_idle_s", 0.0)
+    if not total or not one.get("worker_cpu_s") or not many.get("worker_cpu_s"):
+        return []
+    cpus = os.cpu_count() or 1
+    wall = total / cpus  # the window's seconds, as the machine counted them
+    share = {k: many[k] / wall for k in ("worker_cpu_s", "broker_cpu_s", "machine_busy_s")}
+    rest = share["machine_busy_s"] - share["worker_cpu_s"] - share["broker_cpu_s"]
+    one_cores = one["worker_cpu_s"] * one["rate"] / one["cpu_records"]
+    bound = (cpus - share["broker_cpu_s"] - max(rest, 0.0)) / one_cores
+    return [(f"    the machine was {100 * share['machine_busy_s'] / cpus:.0f}% busy: workers "
+             f"{share['worker_cpu_s']:.2f} cores, broker {share['broker_cpu_s']:.2f}, the rest "
+             f"{rest:.2f}; one worker alone used {one_cores:.2f} cores, so at its CPU per "
+             f"record {many['workers']} workers reach at most {bound:.2f}x here")]
 
 
 def _report_commits(res: dict[str, Any]) -> list[str]:
