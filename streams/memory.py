@@ -17,7 +17,9 @@ The states live in :class:`~drift.kernel.UserColumns` (the compiled kernel's col
 ``states`` and ``baselines`` views by user id). A state staged at the end of a batch is
 built from its columns only when the checkpoint is taken (:meth:`Memory.take`): what it
 holds then is the state as of the staged offset, since every batch that moves a user
-stages them again.
+stages them again. Its state object then lets go of what the columns hold
+(:meth:`~drift.kernel.UserColumns.strip`), as does a user loaded from the store: a user
+who stays idle keeps only that.
 """
 
 from __future__ import annotations
@@ -74,8 +76,10 @@ class Memory:
     def load(self, partition: int, states: Mapping[str, UserState],
              baselines: Mapping[str, UserBaselines], as_of: Mapping[str, int]) -> None:
         """Hold a partition's users as the store has them."""
+        columns = self.columns
         for user_id, state in states.items():
-            self.columns.put(user_id, state, baselines.get(user_id))
+            columns.put(user_id, state, baselines.get(user_id))
+            columns.strip(user_id)
         for user_id in baselines.keys() - states.keys():
             self.baselines[user_id] = baselines[user_id]
         self.stored.update(states)
@@ -172,9 +176,11 @@ class Memory:
 
     def take(self) -> BatchWrite:
         """The checkpoint staged since the last one, with the offset each of its partitions
-        is replayed from after a crash; starts anew."""
+        is replayed from after a crash; starts anew. The staged users' state objects let go
+        of what the columns hold: the next read builds it again."""
         for user_id in list(self.staged):
             self._build_staged(user_id)
+            self.columns.strip(user_id)
         write, self.pending = self.pending, BatchWrite(topic=topics.INPUT)
         for user_id, since in self.memory_since.items():
             p = self.user_partition.get(user_id, -1)

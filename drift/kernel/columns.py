@@ -3,7 +3,9 @@
 :class:`UserColumns` keeps, for each user, the kernel's part of the state in three
 arrays (:mod:`drift.kernel.layout`) and the rest as the Python objects the
 reference fold uses (the state object last loaded, and the user's baselines), keyed
-by slot. Its two views, :attr:`UserColumns.states` and :attr:`UserColumns.baselines`,
+by slot. A user's state object lets go of what the columns hold of it (the dedupe ring,
+the turn log) once the user is idle (:meth:`UserColumns.strip`): most users of a worker
+are, and those parts are most of a state's size. Its two views, :attr:`UserColumns.states` and :attr:`UserColumns.baselines`,
 are mutable mappings by user id, so a shell can hold it where it held two dicts:
 reading a state builds it from its slot (exactly, :mod:`drift.kernel.convert`),
 writing one loads it into its slot.
@@ -18,11 +20,13 @@ import numpy.typing as npt
 
 from drift.baseline import UserBaselines
 from drift.evolve import evolve
-from drift.kernel.convert import expiry_hint, load, materialize
+from drift.kernel.convert import expiry_hint, load, materialize, strip
 from drift.kernel.layout import (
     DIRTY_SESSION,
     DIRTY_USER,
     F_EXPIRE,
+    F_LAST,
+    HAS_SESSION,
     I_CURRENT,
     I_EARLY,
     I_FLAGS,
@@ -100,7 +104,8 @@ class UserColumns:
     def shell_of(self, user_id: str) -> UserState | None:
         """The user's state object as last held, or None for a user without a state. Its
         mode, session (whether one is open, and its mode) and ladder are the user's
-        current ones: the kernel moves only what the columns hold."""
+        current ones: the kernel moves only what the columns hold (and :meth:`strip` may
+        have let those parts go)."""
         s = self._index.get(user_id)
         return None if s is None else self._shells[s]
 
@@ -112,6 +117,31 @@ class UserColumns:
         """Hold ``state`` and ``baselines`` (if given) for the user (a slot if it has
         none)."""
         self.put_at(self.slot(user_id), state, baselines)
+
+    def strip(self, user_id: str) -> None:
+        """Let the user's state object go without the parts the columns hold: the dedupe ring
+        and the open session's turn log (:func:`~drift.kernel.convert.strip`), about 1.9 KB
+        of a user's 3.8 KB. The next read builds them again from the columns
+        (:meth:`state_at`), so the worker strips a user once idle: at a checkpoint, and when
+        loaded from its store. A slot the columns cannot hold keeps its whole object.
+
+        >>> from drift.model import Mode
+        >>> from drift.state import RecentEvents
+        >>> cols = UserColumns(DriftConfig())
+        >>> state = UserState("u", Mode.FULL, durable=True,
+        ...                   recent=RecentEvents().remember("e1", 128))
+        >>> cols.states["u"] = state
+        >>> cols.strip("u")
+        >>> cols.shell_of("u").recent.ring, cols.states["u"] == state
+        (b'', True)
+        """
+        s = self._index.get(user_id)
+        if s is None or self._shells[s] is None or self.icols[s, I_FLAGS] & PY_ONLY:
+            return
+        self._shells[s] = strip(self.shell_at(s))
+        self._turns[s] = None
+        self._rings[s] = None
+        self.icols[s, I_FLAGS] |= _DIRTY
 
     # ------------------------------------------------------------------ slots
 
@@ -204,9 +234,34 @@ class UserColumns:
         self.icols[s, I_FLAGS] &= ~_DIRTY
         return state
 
+    def may_be_due(self, user_id: str, ts_s: float) -> bool:
+        """Whether :func:`drift.fold.sweep` at event time ``ts_s`` may change the user's
+        state: an idle close or an expiry may be due (:func:`drift.fold.due`), or the user
+        is memory-only outside a session. Read from the slot without building the state;
+        False only where the sweep surely changes nothing, so a tick, and the check for
+        one, build only the states of the users it may reach (and leave the others
+        stripped).
+
+        >>> from drift.model import Mode
+        >>> cols = UserColumns(DriftConfig())
+        >>> cols.states["u"] = UserState("u", Mode.FULL, durable=True)
+        >>> cols.may_be_due("u", 1e9), cols.may_be_due("nobody", 1e9)
+        (False, False)
+        """
+        s = self._index.get(user_id)
+        shell = None if s is None else self._shells[s]
+        if shell is None:
+            return False
+        flags = int(self.icols[s, I_FLAGS])
+        if flags & PY_ONLY or ts_s >= self.fcols[s, F_EXPIRE]:
+            return True
+        if flags & HAS_SESSION:
+            return bool(self.fcols[s, F_LAST] + self.config.idle_timeout_s <= ts_s)
+        return shell.memory_only
+
     def shell_at(self, s: int) -> UserState:
         """The state object slot ``s`` holds beside its columns (their parts in it may be
-        older than the columns')."""
+        older than the columns', or let go)."""
         shell = self._shells[s]
         assert shell is not None, "a slot with an open session holds its state object"
         return shell
@@ -220,7 +275,7 @@ class UserColumns:
         """Slot ``s``'s state object with its open session's turn log as a checkpoint and
         the re-attunement read it: the number of turns, the rows since the last look and
         the early rows from the columns (the log's window sums and late rows are the
-        object's, and may be older than the columns')."""
+        object's, and may be older than the columns' or let go: neither reads them)."""
         shell = self.shell_at(s)
         session = shell.session
         assert session is not None and session.turns is not None

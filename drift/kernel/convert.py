@@ -3,9 +3,11 @@
 The columns own what a plain turn changes: the clock, the dedupe ring, and of the
 open session ``last_s``, the guard and the turn log. :func:`load` writes those
 parts of a state into a slot (and says, by the ``PY_ONLY`` flag, when a state does
-not fit: every event of that user then goes to the reference fold);
-:func:`materialize` builds the state back from the slot and the state object it
-was loaded from, which holds everything else. The round trip is the identity.
+not fit: every event of that user then goes to the reference fold); :func:`strip`
+is the state without the two large ones (the ring and the turn log's rows and sums),
+which is what a slot keeps beside its columns; :func:`materialize` builds the state
+back from the slot and that object, which holds everything else. The round trip is
+the identity.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from drift.model import DriftConfig
 from drift.state import Guard, RecentEvents, Row, TurnLog, UserState, WindowSums
 
 _FP_BYTES = 8
+_NO_RECENT = RecentEvents()
 _MASKS = {tuple(n for b, n in enumerate(BLOCKING_NAMES) if m >> b & 1): m for m in range(32)}
 _NAMES = {m: names for names, m in _MASKS.items()}
 
@@ -291,6 +294,23 @@ def _turn_log(old: TurnLog, ints: list[int], floats: list[float], g: Geometry) -
                    _rows(floats, g.f_late, ints[I_LATE]))
 
 
+def strip(state: UserState) -> UserState:
+    """``state`` without what :func:`load` wrote of it that takes room: the dedupe ring and,
+    of an open session that keeps baselines, the turn log but its look count (which the
+    columns do not hold). A slot keeps this beside its columns (about 1.9 KB a user less,
+    docs/performance.md); :func:`materialize` builds ``state`` back from the two.
+
+    >>> from drift.model import Mode
+    >>> state = UserState("u", Mode.FULL, recent=RecentEvents().remember("e1", 128))
+    >>> strip(state).recent.ring, strip(state).mode
+    (b'', <Mode.FULL: 'continuity_full'>)
+    """
+    session = state.session
+    if session is not None and session.mode.keeps_baselines:
+        session = evolve(session, turns=TurnLog(looks=session.turns.looks))
+    return evolve(state, recent=_NO_RECENT, session=session)
+
+
 def ring_bytes(ring: npt.NDArray[np.uint64], held: int, head: int) -> bytes:
     """A slot's ring as :attr:`drift.state.RecentEvents.ring`: fingerprints oldest first.
 
@@ -308,7 +328,8 @@ def ring_bytes(ring: npt.NDArray[np.uint64], held: int, head: int) -> bytes:
 def materialize(shell: UserState, slot: int, icols: npt.NDArray[np.int64],
                 fcols: npt.NDArray[np.float64], rings: npt.NDArray[np.uint64], g: Geometry
                 ) -> UserState:
-    """The state in ``slot``: ``shell`` (the state last loaded there) with the kernel's parts.
+    """The state in ``slot``: ``shell`` (the state last loaded there, or :func:`strip` of it)
+    with the kernel's parts.
 
     >>> from drift.kernel.columns import UserColumns
     >>> from drift.model import Mode
@@ -319,6 +340,8 @@ def materialize(shell: UserState, slot: int, icols: npt.NDArray[np.int64],
     >>> _ = load(state, float("inf"), s, *cols.arrays(), cols.geometry, cols.session_code)
     >>> materialize(UserState("u", Mode.FULL, durable=True), s, *cols.arrays(),
     ...             cols.geometry) == state
+    True
+    >>> materialize(strip(state), s, *cols.arrays(), cols.geometry) == state
     True
     """
     ints = icols[slot].tolist()
