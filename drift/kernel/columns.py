@@ -120,8 +120,8 @@ class UserColumns:
 
     def strip(self, user_id: str) -> None:
         """Let the user's state object go without the parts the columns hold: the dedupe ring
-        and the open session's turn log (:func:`~drift.kernel.convert.strip`), about 1.9 KB
-        of a user's 3.8 KB. The next read builds them again from the columns
+        and the open session's turn log (:func:`~drift.kernel.convert.strip`), about 2 KB
+        of a user's 3.9 KB. The next read builds them again from the columns
         (:meth:`state_at`), so the worker strips a user once idle: at a checkpoint, and when
         loaded from its store. A slot the columns cannot hold keeps its whole object.
 

@@ -297,8 +297,9 @@ def _turn_log(old: TurnLog, ints: list[int], floats: list[float], g: Geometry) -
 def strip(state: UserState) -> UserState:
     """``state`` without what :func:`load` wrote of it that takes room: the dedupe ring and,
     of an open session that keeps baselines, the turn log but its look count (which the
-    columns do not hold). A slot keeps this beside its columns (about 1.9 KB a user less,
-    docs/performance.md); :func:`materialize` builds ``state`` back from the two.
+    columns do not hold). An idle user's slot keeps this beside its columns (2 KB of the
+    3.9 KB of a simulated user's state, docs/performance.md); :func:`materialize` builds
+    ``state`` back from the two.
 
     >>> from drift.model import Mode
     >>> state = UserState("u", Mode.FULL, recent=RecentEvents().remember("e1", 128))
