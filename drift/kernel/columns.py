@@ -141,6 +141,7 @@ class UserColumns:
         self._shells[s] = strip(self.shell_at(s))
         self._turns[s] = None
         self._rings[s] = None
+        self._hints[s] = None  # the slot holds its hint; the next load works it out again
         self.icols[s, I_FLAGS] |= _DIRTY
 
     # ------------------------------------------------------------------ slots
