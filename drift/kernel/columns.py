@@ -5,7 +5,8 @@ arrays (:mod:`drift.kernel.layout`) and the rest as the Python objects the
 reference fold uses (the state object last loaded, and the user's baselines), keyed
 by slot. A user's state object lets go of what the columns hold of it (the dedupe ring,
 the turn log) once the user is idle (:meth:`UserColumns.strip`): most users of a worker
-are, and those parts are most of a state's size. Its two views, :attr:`UserColumns.states` and :attr:`UserColumns.baselines`,
+are, and those parts are most of a state's size. Its two views,
+:attr:`UserColumns.states` and :attr:`UserColumns.baselines`,
 are mutable mappings by user id, so a shell can hold it where it held two dicts:
 reading a state builds it from its slot (exactly, :mod:`drift.kernel.convert`),
 writing one loads it into its slot.
