@@ -134,10 +134,16 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
         return held["states"]
 
     def hold_baselines(held: dict[str, Any]) -> object:
+        """Each user's baselines decoded from their own bytes; a user in a session has had
+        the attunement baseline's pooled statistics worked out (the re-attunement and the
+        checkpoints read them, and the baseline keeps them), as the worker holds it."""
         held["baselines"] = {
             key: UserBaselines(*(None if x is None else d.decode(x)
                                  for x, d in zip(base_blobs[i % t], decoders, strict=True)))
             for i, key in enumerate(held["states"])}
+        for i, ub in enumerate(held["baselines"].values()):
+            if ub.attunement is not None and states[i % t].session is not None:
+                _ = ub.attunement.pooled
         return held["baselines"]
 
     def hold_columns(n: int, held: dict[str, Any]) -> object:
