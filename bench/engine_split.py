@@ -15,8 +15,10 @@ limits the worker can be read as a table instead of a flame graph:
 - scoring at checkpoints wherever the fold calls it (``checkpoint``: the attunement test,
   the composite, the response ladder), and the attunement test alone;
 - the shell (``Engine.process`` less decode and fold: metrics, output encoding, staging);
-- the checkpoint write (``rows_of`` + ``apply_rows``, every 5,000 records as in
-  ``bench/instructions.py``).
+- the checkpoint write (every 5,000 records as in ``bench/instructions.py``): the staged
+  states built from the columns (``Memory.take``), their rows as Arrow tables
+  (``rows_of``: each state's snapshot, each new baseline version's values) and the DuckDB
+  transaction (``apply_rows``).
 
 Each part is timed by wrapping the function where the engine or the fold calls it; a
 wrapper costs well under a microsecond per call, so the parts called once per record or
@@ -45,6 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+CHECKPOINT = "checkpoint write"
+
 #: (label, module, function, parent label): a part, where it is called from, and the part
 #: it is inside of (the rows are printed in this order, indented under their parent).
 PARTS = (
@@ -71,6 +75,14 @@ PARTS = (
     ("scoring at checkpoints", "drift.model_change", "checkpoint", None),
     ("scoring at checkpoints", "drift.fold", "checkpoint", None),
     ("attunement test", "drift.checkpoint", "attunement_test", "scoring at checkpoints"),
+    ("the staged states built (Memory.take)", "streams.memory", "Memory.take", CHECKPOINT),
+    ("their rows (rows_of)", "baselines.store", "BaselineStore.rows_of", CHECKPOINT),
+    ("the states' snapshots (state_table)", "baselines.store", "state_table",
+     "their rows (rows_of)"),
+    ("the new baseline versions (baseline_table)", "baselines.store", "baseline_table",
+     "their rows (rows_of)"),
+    ("the DuckDB transaction (apply_rows)", "baselines.store", "BaselineStore.apply_rows",
+     CHECKPOINT),
 )
 
 
@@ -84,9 +96,12 @@ class Timers:
         self.seconds: dict[str, float] = {}
         self.running: dict[str, int] = {}
 
-    def wrap(self, label: str, fn: Callable[..., Any], parent: str | None = None
-             ) -> Callable[..., Any]:
-        self.calls[label], self.seconds[label] = 0, 0.0
+    def wrap(self, label: str, fn: Callable[..., Any], parent: str | None = None,
+             keep: bool = False) -> Callable[..., Any]:
+        """``fn`` timed as ``label``; ``keep`` adds to the label's figures so far (a part
+        wrapped anew at each call) instead of starting them."""
+        if not keep or label not in self.calls:
+            self.calls[label], self.seconds[label] = 0, 0.0
         self.running.setdefault(label, 0)
         clock = time.perf_counter
         running = self.running
@@ -133,15 +148,13 @@ def run(records: int, users: int, seed: int) -> tuple[Timers, float, float, int]
     recs = input_records([(key, value) for key, value, _ in stream.records])
     timers = Timers()
     install(timers)
-    writes = [0.0]
+    timers.calls[CHECKPOINT], timers.seconds[CHECKPOINT] = 0, 0.0  # a run may write none
 
     def timed_write(write: Callable[[], None]) -> None:
-        started = time.perf_counter()
-        write()
-        writes[0] += time.perf_counter() - started
+        timers.wrap(CHECKPOINT, write, keep=True)()
 
     total_s = through_engine(recs, timed_write)
-    return timers, writes[0], total_s, len(recs)
+    return timers, timers.seconds.get(CHECKPOINT, 0.0), total_s, len(recs)
 
 
 def table(timers: Timers, write_s: float, total_s: float, n: int) -> list[str]:
@@ -164,7 +177,8 @@ def table(timers: Timers, write_s: float, total_s: float, n: int) -> list[str]:
             lines.append(row(f"the rest of {parent.split(' (')[0]}", rest, None, depth))
 
     walk(None, 0)
-    lines.append(row("checkpoint write (rows_of + apply_rows)", write_s, None, 0))
+    lines.append(row(CHECKPOINT, write_s, timers.calls.get(CHECKPOINT), 0))
+    walk(CHECKPOINT, 1)
     lines.append(row("the loop (engine + checkpoint writes)", total_s, None, 0))
     return lines
 

@@ -12,18 +12,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_engine_split_times_every_part_of_a_real_run() -> None:
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "engine_split.py"), "--records", "3000",
+        [sys.executable, str(ROOT / "bench" / "engine_split.py"), "--records", "6000",
          "--users", "40"], cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {m["label"].lstrip(". ").strip(): m
             for m in re.finditer(r"^\| (?P<label>[^|]+) \| (?P<us>[\d,.-]+) \| "
                                  r"(?P<share>[\d.-]+)% \| (?P<calls>\d*) \|",
                                  done.stdout, re.MULTILINE)}
-    assert "3,000 records through the engine" in done.stdout
+    assert "6,000 records through the engine" in done.stdout
     # Every batch went through the decode and the kernel; some events were handed off.
-    assert int(rows["decode"]["calls"]) == 6  # 3,000 records in batches of 500
-    assert int(rows["fold (fold_batch)"]["calls"]) == 6
-    assert 0 < int(rows["hand-offs (drift.fold.step)"]["calls"]) < 3000
+    assert int(rows["decode"]["calls"]) == 12  # 6,000 records in batches of 500
+    assert int(rows["fold (fold_batch)"]["calls"]) == 12
+    assert 0 < int(rows["hand-offs (drift.fold.step)"]["calls"]) < 6000
     # The simulated users reach checkpoints, session ends and re-attunement.
     for part in ("scoring at checkpoints", "attunement test", "re-attunement",
                  "baseline fold at session end", "session start",
@@ -32,8 +32,15 @@ def test_engine_split_times_every_part_of_a_real_run() -> None:
                  "state built from the columns (state_at)",
                  "state loaded into the columns (put_at)"):
         assert int(rows[part]["calls"]) > 0, part
+    # One checkpoint write (every 5,000 records), split into its parts.
+    assert int(rows["checkpoint write"]["calls"]) == 1
+    for part in ("the staged states built (Memory.take)", "their rows (rows_of)",
+                 "the states' snapshots (state_table)",
+                 "the new baseline versions (baseline_table)",
+                 "the DuckDB transaction (apply_rows)"):
+        assert int(rows[part]["calls"]) == 1, part
     # Nested parts are inside their parent: no "rest" is negative.
     for label, row in rows.items():
         if label.startswith("the rest of"):
             assert float(row["us"].replace(",", "")) >= 0.0, label
-    assert "reproduce: python bench/engine_split.py --records 3000 --users 40" in done.stdout
+    assert "reproduce: python bench/engine_split.py --records 6000 --users 40" in done.stdout
