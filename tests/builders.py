@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,7 +63,7 @@ class UserScript:
     def session(self, session_id: str, turns: int = 12, mode: Mode = Mode.FULL,
                 trust: float = 0.6, resonance: float = 0.5, gate: str = "gate-1",
                 model: ModelTriple = MODEL_A, ephemeral: bool = False, end: bool = True,
-                extra: list[Body] | None = None) -> None:
+                extra: Sequence[Body] | None = None) -> None:
         self.emit(session_id, SessionStart(mode, "consent-1", model, gate, "policy-1"), ephemeral)
         for k in range(1, turns + 1):
             self.emit(session_id, self.turn(k, trust, resonance), ephemeral)

@@ -312,7 +312,7 @@ def test_stopping_before_an_erasure_stops_where_the_engine_would() -> None:
 
 def test_an_event_the_reference_raises_on_leaves_the_state_as_it_was() -> None:
     bad = FhrEvent("bad", "turn", 2.0, "u", "s0", False,
-                   Turn.neutral(1, user_tokens="x"))  # type: ignore[arg-type]
+                   Turn.neutral(1, user_tokens="x"))
     cols = UserColumns(DriftConfig())
     events = _users_log([[Plan(Mode.FULL, 0, "g1", 3, 0.0, (), False, 60.0)]], 0, 0, 0)
     events = [replace(e, user_id="u") for e in events]
@@ -320,7 +320,8 @@ def test_an_event_the_reference_raises_on_leaves_the_state_as_it_was() -> None:
     before = cols.states["u"]
     done = fold_batch(cols, [bad, events[-1]], DriftConfig())
     assert isinstance(done.outcomes[0], TypeError), done.outcomes
-    assert done.effects(1) is not None and done.effects(1).duplicate
+    resent = done.effects(1)
+    assert resent is not None and resent.duplicate
     assert cols.states["u"] == before
 
 
