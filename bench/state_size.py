@@ -96,13 +96,17 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
     Resident bytes are what tracemalloc counts as allocated and kept, divided by N; the
     state's figure includes the user id key and both dicts' entries.
     """
+    from prometheus_client import CollectorRegistry
+
     from baselines.columns import plain_values
     from baselines.snapshot import decode_state, encode_state
     from drift.baseline import AttunementBaseline, SafetyBaseline, SemanticBaseline, UserBaselines
-    from drift.kernel import UserColumns  # imported before anything is measured
     from drift.model import DriftConfig
     from drift.replay import MemoryReplay
     from drift.simulation import Scenario, SimParams, simulate
+    from streams.memory import Memory  # with the columns, imported before anything is measured
+    from streams.meter import Meter
+    from streams.metrics import build_metrics
 
     started = time.monotonic()
     config = DriftConfig()
@@ -147,18 +151,19 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
         return held["baselines"]
 
     def hold_columns(n: int, held: dict[str, Any]) -> object:
-        """The users' states as the worker holds them: each decoded from its own snapshot,
-        put into the worker's columns (:class:`drift.kernel.UserColumns`) with the held
-        baselines and stripped, as ``streams.memory.Memory.load`` does (and a checkpoint
-        does to the users it stages): the slot arrays, the index, the per-slot caches and
-        the state objects without what the columns hold of them (the baselines are the
-        held ones, counted apart)."""
-        cols = UserColumns(config, capacity=n)
-        for i, key in enumerate(held["states"]):
-            cols.put(key, decode_state(blobs[i % t]), held["baselines"][key])
-            cols.strip(key)
-        held["columns"] = cols
-        return cols
+        """The users' states as the worker holds them: each decoded from its own snapshot
+        and loaded by the worker's own :class:`streams.memory.Memory` (as from its store,
+        each with an offset its state is as of), which puts them into its columns
+        (:class:`drift.kernel.UserColumns`) and strips them: the slot arrays, the index,
+        the per-slot caches, the state objects without what the columns hold of them, and
+        the memory's own entries per user (its partition, the offset, that it is stored).
+        The baselines are the held ones, counted apart."""
+        memory = Memory(Meter(build_metrics(CollectorRegistry())), config)
+        keys = list(held["states"])
+        memory.load(0, {key: decode_state(blobs[i % t]) for i, key in enumerate(keys)},
+                    held["baselines"], {key: 10_000_000 + i for i, key in enumerate(keys)})
+        held["columns"] = memory
+        return memory
 
     rows = []
     for n in user_counts:
@@ -235,8 +240,9 @@ def report_state(sp: dict[str, Any] | None, sb: list[dict[str, Any]] | None) -> 
                      f"{last['users']} users: state {last['state_resident']:.0f} B "
                      f"({pass_fail(last['state_resident'] <= STATE_RESIDENT_GOAL_B)}), state + "
                      f"baselines {both:.0f} B ({pass_fail(both <= STATE_RESIDENT_GOAL_B)}); "
-                     "as the worker holds an idle user (in its columns, the state object "
-                     f"stripped): state {last['columns_resident']:.0f} B "
+                     "as the worker holds an idle user (loaded by its memory: the columns with "
+                     "the slots their growth left empty, the state object stripped, the memory's "
+                     f"entries): state {last['columns_resident']:.0f} B "
                      f"({pass_fail(last['columns_resident'] <= STATE_RESIDENT_GOAL_B)}), with "
                      f"the baselines {held:.0f} B ({pass_fail(held <= STATE_RESIDENT_GOAL_B)})")
         d = sp["deepcopy"]
