@@ -9,6 +9,8 @@ in-memory types by accident. :func:`decode_state` reads every version.
 
 from __future__ import annotations
 
+import sys
+
 import msgspec
 
 from drift.ladder import LadderState
@@ -105,10 +107,16 @@ def _session_state(s: _Session) -> SessionState:
     turns = TurnLog(s.n_turns, s.looks, tuple(WindowSums(w.n, w.total, w.squares)
                                               for w in s.windows),
                     s.current_rows, s.early_rows, s.late_rows)
+    # As the fold holds them: the ids of the safety check, the stances and kinds shared
+    # between users (interned), a commitment's id shared by the two maps that name it.
+    safety = (sys.intern(s.safety[0]), sys.intern(s.safety[1]), sys.intern(s.safety[2]))
+    referenced = {cid: sys.intern(stance) for cid, stance in s.referenced.items()}
+    ids = {cid: cid for cid in referenced}
+    affirmed = {ids.get(cid, cid): sys.intern(kind) for cid, kind in s.affirmed.items()}
     return SessionState(
-        s.session_id, s.mode, s.started_s, s.last_s, ModelTriple(*s.model), s.safety,
+        s.session_id, s.mode, s.started_s, s.last_s, ModelTriple(*s.model), safety,
         s.ephemeral, turns, s.foldable, Guard(s.blocking, s.high_res_streak, s.high_res_block),
-        ModelChangeProgress(*s.model_change), s.referenced, s.affirmed, s.scores, s.max_tier,
+        ModelChangeProgress(*s.model_change), referenced, affirmed, s.scores, s.max_tier,
         s.reattune_quality)
 
 

@@ -96,11 +96,18 @@ class ModelTriple:
 
 @dataclass(frozen=True, slots=True)
 class SessionStart:
+    """A session's start; its ids are shared between users as :class:`ModelTriple`'s text
+    is (an open session keeps them)."""
+
     mode: Mode
     consent_state_id: str
     model: ModelTriple
     gate_config_id: str
     drift_policy_id: str
+
+    def __post_init__(self) -> None:
+        for name in ("consent_state_id", "gate_config_id", "drift_policy_id"):
+            object.__setattr__(self, name, sys.intern(getattr(self, name)))
 
 
 @fast_init
@@ -139,10 +146,17 @@ class Turn:
 
 @dataclass(frozen=True, slots=True)
 class Semantic:
+    """A commitment referenced at a turn; its kind and stance, a few words every user
+    shares, are kept as one shared string each (an open session keeps one per commitment)."""
+
     turn: int
     commitment_id: str
     kind: str
     stance: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", sys.intern(self.kind))
+        object.__setattr__(self, "stance", sys.intern(self.stance))
 
 
 @dataclass(frozen=True, slots=True)
