@@ -30,7 +30,7 @@ from baselines.store import BatchWrite
 from drift.baseline import UserBaselines
 from drift.fold import Step, initial
 from drift.kernel import UserColumns
-from drift.kernel.columns import NO_BASELINES
+from drift.kernel.views import NO_BASELINES
 from drift.model import DriftConfig
 from drift.state import UserState
 from streams import topics

@@ -5,7 +5,7 @@ arrays (:mod:`drift.kernel.layout`) and the rest as the Python objects the
 reference fold uses (the state object last loaded, and the user's baselines), keyed
 by slot. A user's state object lets go of what the columns hold of it (the dedupe ring,
 the turn log) once the user is idle (:meth:`UserColumns.strip`): most users of a worker
-are, and those parts are most of a state's size. Its two views,
+are, and those parts are most of a state's size. Its two views (:mod:`drift.kernel.views`),
 :attr:`UserColumns.states` and :attr:`UserColumns.baselines`,
 are mutable mappings by user id, so a shell can hold it where it held two dicts:
 reading a state builds it from its slot (exactly, :mod:`drift.kernel.convert`),
@@ -14,7 +14,7 @@ writing one loads it into its slot.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -37,10 +37,10 @@ from drift.kernel.layout import (
     PY_ONLY,
     Geometry,
 )
+from drift.kernel.views import NO_BASELINES, BaselineView, StateView
 from drift.model import DriftConfig
 from drift.state import TurnLog, UserState
 
-NO_BASELINES = UserBaselines()
 _DIRTY = DIRTY_USER | DIRTY_SESSION
 #: The session numbers start anew once they pass this many per user (plus the spare): they
 #: are kept from batch to batch, so a slot's number stays written, but not without bound.
@@ -89,8 +89,8 @@ class UserColumns:
         """Per slot, the generation its open session's number was written in."""
         self.fresh: list[str] = []
         """Users given a slot since the running batch began (:meth:`begin_batch`)."""
-        self.states = _StateView(self)
-        self.baselines = _BaselineView(self)
+        self.states = StateView(self)
+        self.baselines = BaselineView(self)
 
     def __len__(self) -> int:
         return len(self._index)
@@ -382,80 +382,3 @@ class UserColumns:
         """Slot ``s`` holds a state of its own from now (not only baselines)."""
         if self._shells[s] is None:
             self._shells[s] = UserState(self._users[s])
-
-
-class _SlotView:
-    """What both views share: the columns, and the slots that hold the view's value."""
-
-    def __init__(self, cols: UserColumns) -> None:
-        self._cols = cols
-
-    def _holds(self, s: int) -> bool:
-        raise NotImplementedError
-
-    def _slot(self, user_id: str) -> int:
-        """The user's slot, if it holds the view's value; else ``KeyError``."""
-        s = self._cols._index.get(user_id)
-        if s is None or not self._holds(s):
-            raise KeyError(user_id)
-        return s
-
-    def _clear(self, s: int) -> None:
-        raise NotImplementedError
-
-    def __contains__(self, user_id: object) -> bool:
-        s = self._cols._index.get(user_id) if isinstance(user_id, str) else None
-        return s is not None and self._holds(s)
-
-    def __delitem__(self, user_id: str) -> None:
-        s = self._slot(user_id)
-        self._clear(s)
-        self._cols._release_if_empty(s)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter([u for u, s in self._cols._index.items() if self._holds(s)])
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-class _StateView(_SlotView, MutableMapping[str, UserState]):
-    """The users' states by user id (a user with only baselines has none)."""
-
-    def _holds(self, s: int) -> bool:
-        return self._cols._shells[s] is not None
-
-    def __getitem__(self, user_id: str) -> UserState:
-        return self._cols.state_at(self._slot(user_id))
-
-    def __setitem__(self, user_id: str, state: UserState) -> None:
-        cols = self._cols
-        cols.put_at(cols.slot(user_id), state)
-
-    def _clear(self, s: int) -> None:
-        cols = self._cols
-        cols._shells[s] = None
-        cols._load(s, UserState(cols._users[s]), cols.baselines_at(s))
-
-
-class _BaselineView(_SlotView, MutableMapping[str, UserBaselines]):
-    """The users' baselines by user id."""
-
-    def _holds(self, s: int) -> bool:
-        return self._cols._baselines[s] is not None
-
-    def __getitem__(self, user_id: str) -> UserBaselines:
-        cols = self._cols
-        s = cols._index.get(user_id)
-        b = cols._baselines[s] if s is not None else None
-        if b is None:
-            raise KeyError(user_id)
-        return b
-
-    def __setitem__(self, user_id: str, baselines: UserBaselines) -> None:
-        cols = self._cols
-        cols._set_baselines(cols.slot(user_id), baselines)
-
-    def _clear(self, s: int) -> None:
-        self._cols._set_baselines(s, NO_BASELINES)
-        self._cols._baselines[s] = None
