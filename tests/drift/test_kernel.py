@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from unittest import mock
@@ -78,7 +78,10 @@ def reference(events: Sequence[FhrEvent], config: DriftConfig) -> Run:
 
 
 def kernel(events: Sequence[FhrEvent], config: DriftConfig, batch: int,
-           cols: UserColumns | None = None) -> tuple[Run, int]:
+           cols: UserColumns | None = None,
+           after_batch: Callable[[UserColumns], None] | None = None) -> tuple[Run, int]:
+    """``events`` through the kernel in batches of ``batch``; ``after_batch`` is called with
+    the columns after each one (as the worker's checkpoint strips its users)."""
     cols = cols if cols is not None else UserColumns(config, capacity=2)
     effects: list[Effects] = []
     handoffs = 0
@@ -90,6 +93,8 @@ def kernel(events: Sequence[FhrEvent], config: DriftConfig, batch: int,
             eff = done.effects(k)
             assert eff is not None, done.outcomes[k]
             effects.append(eff)
+        if after_batch is not None:
+            after_batch(cols)
     users = {e.user_id for e in events}
     return Run(effects, {u: cols.states[u] for u in users},
                {u: cols.baselines[u] for u in users if u in cols.baselines}), handoffs

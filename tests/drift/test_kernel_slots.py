@@ -20,9 +20,8 @@ from hypothesis import strategies as st
 from baselines.snapshot import encode_state
 from drift.baseline import UserBaselines
 from drift.fold import due, sweep
-from drift.kernel import UserColumns, fold_batch
+from drift.kernel import UserColumns
 from drift.model import DriftConfig, FhrEvent, Mode
-from drift.outputs import Effects
 from drift.state import UserState
 from tests.drift.test_fold_properties import Plan, plans
 from tests.drift.test_kernel import CONFIGS, Run, _users_log, assert_same, kernel, reference
@@ -46,19 +45,15 @@ def _held(events: list[FhrEvent], config: DriftConfig, batch: int) -> UserColumn
     return cols
 
 
+def _strip_all(cols: UserColumns) -> None:
+    """Every user stripped, as a checkpoint strips the users it stages."""
+    for user_id in list(cols.states):
+        cols.strip(user_id)
+
+
 def _stripping(events: list[FhrEvent], config: DriftConfig, batch: int) -> Run:
-    """The kernel over ``events`` in batches, every user stripped after each batch (as a
-    checkpoint strips the users it stages): its effects and final states."""
-    cols = UserColumns(config, capacity=2)
-    effects: list[Effects] = []
-    for i in range(0, len(events), batch):
-        done = fold_batch(cols, events[i:i + batch], config)
-        effects += [e for k in range(len(done.outcomes)) if (e := done.effects(k)) is not None]
-        for user_id in list(cols.states):
-            cols.strip(user_id)
-    users = {e.user_id for e in events}
-    return Run(effects, {u: cols.states[u] for u in users},
-               {u: cols.baselines[u] for u in users if u in cols.baselines})
+    """The kernel over ``events`` in batches, every user stripped after each batch."""
+    return kernel(events, config, batch, after_batch=_strip_all)[0]
 
 
 def _times(cols: UserColumns, user_id: str, config: DriftConfig) -> list[float]:
