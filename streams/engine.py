@@ -332,12 +332,11 @@ class Engine:
         now = float(self.clock())
         out: dict[int, tuple[float, bool]] = {}
         memory = self.memory
-        may_be_due = memory.columns.may_be_due
         for p in sorted(self.partitions - set(self.rebuild.replaying)):
             quiet = now - self.seen_at.get(p, now) >= quiet_after_s
             ts = self.quiet_time(p) if quiet else self.watermarks.get(p, 0.0) - lateness_s
             if any(due(memory.states[u], memory.baselines_of(u), ts, self.config)
-                   for u in memory.users_of(p) if may_be_due(u, ts)):
+                   for u in memory.users_to_sweep(p, ts)):
                 out[p] = (ts, quiet)
         return out
 
@@ -346,22 +345,18 @@ class Engine:
         shell then lets the checkpoint in flight land first, so the erasure finds its
         versions."""
         memory = self.memory
-        may_be_due = memory.columns.may_be_due
         return any(expiry_due(memory.states[u], memory.baselines_of(u), ts_s, self.config)
-                   for u in memory.users_of(partition) if may_be_due(u, ts_s))
+                   for u in memory.users_to_sweep(partition, ts_s))
 
     def _tick(self, partition: int, offset: int, ts_s: float, batch: PendingBatch,
               touched: dict[str, int]) -> None:
         """Every user of ``partition`` swept at ``ts_s``, in the order of their ids
         (:meth:`drift.replay.MemoryReplay.tick` is the same); a user whose state the sweep
-        surely leaves as it is (:meth:`~drift.kernel.UserColumns.may_be_due`) is passed
-        over without building it."""
+        surely leaves as it is (:meth:`Memory.users_to_sweep`) is passed over without
+        building it."""
         self.meter.count(self.metrics.ticks)
         memory = self.memory
-        may_be_due = memory.columns.may_be_due
-        for user_id in memory.users_of(partition):
-            if not may_be_due(user_id, ts_s):
-                continue
+        for user_id in memory.users_to_sweep(partition, ts_s):
             state = memory.states[user_id]
             result = sweep(state, memory.baselines_of(user_id), ts_s, self.config,
                            score=score_attunement)

@@ -73,6 +73,14 @@ class Memory:
         return sorted(u for u, p in self.user_partition.items()
                       if p == partition and u in self.states)
 
+    def users_to_sweep(self, partition: int, ts_s: float) -> list[str]:
+        """The users of ``partition`` whose state a sweep at event time ``ts_s`` may change
+        (:meth:`~drift.kernel.UserColumns.may_be_due`, read from their slots without building
+        their states), in the order of their ids: the others' sweep changes nothing."""
+        may_be_due = self.columns.may_be_due
+        return sorted(u for u, p in self.user_partition.items()
+                      if p == partition and may_be_due(u, ts_s))
+
     def load(self, partition: int, states: Mapping[str, UserState],
              baselines: Mapping[str, UserBaselines], as_of: Mapping[str, int]) -> None:
         """Hold a partition's users as the store has them."""
