@@ -175,12 +175,10 @@ class UserColumns:
         more copies, each of what is held (docs/performance.md, "Per-user state")."""
         old = self.icols.shape[0]
         more = max(old // 4, 1)
-        self.icols = np.concatenate((self.icols, np.zeros((more, self.icols.shape[1]),
-                                                          self.icols.dtype)))
-        self.fcols = np.concatenate((self.fcols, np.zeros((more, self.fcols.shape[1]),
-                                                          self.fcols.dtype)))
-        self.rings = np.concatenate((self.rings, np.zeros((more, self.rings.shape[1]),
-                                                          self.rings.dtype)))
+        grown = ((0, more), (0, 0))  # rows of zeros after the last
+        self.icols = np.pad(self.icols, grown)
+        self.fcols = np.pad(self.fcols, grown)
+        self.rings = np.pad(self.rings, grown)
         self._users += [""] * more
         self._shells += [None] * more
         self._baselines += [None] * more
