@@ -17,9 +17,9 @@ The states live in :class:`~drift.kernel.UserColumns` (the compiled kernel's col
 ``states`` and ``baselines`` views by user id). A state staged at the end of a batch is
 built from its columns only when the checkpoint is taken (:meth:`Memory.take`): what it
 holds then is the state as of the staged offset, since every batch that moves a user
-stages them again. Its state object then lets go of what the columns hold
-(:meth:`~drift.kernel.UserColumns.strip`), as does a user loaded from the store: a user
-who stays idle keeps only that.
+stages them again. Its state object lets go of what the columns hold
+(:meth:`~drift.kernel.UserColumns.strip`) at the next checkpoint that does not stage it
+again, as does a user loaded from the store at once: a user who stays idle keeps only that.
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ class Memory:
         self.pending = BatchWrite(topic=topics.INPUT)
         self.staged: dict[str, tuple[int, int]] = {}
         """Users whose current state is staged (built at :meth:`take`): partition, as of."""
+        self.last_taken: set[str] = set()
+        """The users the last checkpoint built: those of them the next one does not build have
+        been idle for a whole interval, and it strips them (:meth:`take`)."""
         self.leaving: set[str] = set()
         """Users a step made memory-only outside a session while a batch is folded:
         :meth:`settle` forgets those still so at its end."""
@@ -101,6 +104,7 @@ class Memory:
             self._build_staged(u)
             self.columns.drop(u)
             self.leaving.discard(u)
+            self.last_taken.discard(u)
             self.user_partition.pop(u, None)
             self.stored.discard(u)
             self.as_of.pop(u, None)
@@ -184,11 +188,17 @@ class Memory:
 
     def take(self) -> BatchWrite:
         """The checkpoint staged since the last one, with the offset each of its partitions
-        is replayed from after a crash; starts anew. The staged users' state objects let go
-        of what the columns hold: the next read builds it again."""
-        for user_id in list(self.staged):
+        is replayed from after a crash; starts anew. The users the last checkpoint built and
+        this one does not (idle since) let go of what the columns hold: the next read builds
+        it again. The users active since keep it: most of them come back before the next
+        checkpoint, and stripping them at once cost 4% of the worker's rate
+        (docs/performance.md)."""
+        taken = list(self.staged)
+        for user_id in taken:
             self._build_staged(user_id)
+        for user_id in self.last_taken.difference(taken):
             self.columns.strip(user_id)
+        self.last_taken = set(taken)
         write, self.pending = self.pending, BatchWrite(topic=topics.INPUT)
         for user_id, since in self.memory_since.items():
             p = self.user_partition.get(user_id, -1)

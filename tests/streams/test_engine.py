@@ -273,3 +273,33 @@ def test_a_busy_partition_ticks_a_left_session_closed_at_its_event_time_less_lat
     ended = [s.ended_s for _, s in harness.engine.memory.pending.sessions if s.user_id == left]
     assert ended == [last + DriftConfig().idle_timeout_s]
     assert harness.engine.ticks_due(quiet_after_s=1e9, lateness_s=lateness) == {}
+
+
+def test_a_checkpoint_strips_the_users_idle_since_the_one_before_and_keeps_the_active(
+        harness: Harness) -> None:
+    """A user the last checkpoint staged and this one does not lets go of the dedupe ring
+    (the columns hold it); a user this one staged keeps it until a checkpoint finds them
+    idle; either way the state read back is the stored one."""
+    records = golden_records()
+    head, tail = records[:-60], records[-60:]
+    harness.feed(head)
+    memory = harness.engine.memory
+    early = set(memory.last_taken)
+    harness.feed(tail, size=len(tail))
+    late = set(memory.last_taken)
+    idle, active = early - late, late - early
+    assert idle and active, "the golden log's tail moves some users and not others"
+    shell_of = memory.columns.shell_of
+
+    def ring(user_id: str) -> bytes:
+        shell = shell_of(user_id)
+        assert shell is not None
+        return shell.recent.ring
+
+    assert all(ring(u) == b"" for u in idle)
+    assert all(ring(u) != b"" for u in active)
+    harness.settle(PendingBatch())  # a checkpoint with nobody active since: all idle now
+    assert memory.last_taken == set() and all(ring(u) == b"" for u in active)
+    stored = harness.store.load_states(range(PARTITIONS))
+    for user_id in idle | active:
+        assert memory.states[user_id] == stored[user_id]
