@@ -272,10 +272,12 @@ def _call(req: urllib.request.Request) -> tuple[int, Any]:
 #: The worker settings tests start workers with. Shorter than the defaults where a test would
 #: otherwise wait them out: the group's session timeout (how long a killed or restarted
 #: member holds its partitions), the heartbeat under it, and how long a rebalance waits for
-#: members to rejoin. Quiet-partition ticks keep the default (30 s): a tick is an input, and
+#: members to rejoin, and the checkpoint's interval (a test that waits for a state to be
+#: stored waits for it). Quiet-partition ticks keep the default (30 s): a tick is an input, and
 #: the tests that compare with the pure replay of the events they sent must not get one.
 FAST = {"worker": {"timer_interval_s": 1.0, "batch_within_s": 0.05, "session_timeout_s": 2.0,
-                   "heartbeat_interval_s": 0.5, "rebalance_timeout_s": 3.0}}
+                   "heartbeat_interval_s": 0.5, "rebalance_timeout_s": 3.0,
+                   "checkpoint_interval_s": 1.0}}
 
 
 def fast_env() -> dict[str, str]:
