@@ -343,6 +343,12 @@ def _report_throughput(res: dict[str, Any]) -> list[str]:
         lines.append(f"worker CPU {w['worker_cpu_s']:.1f}s + broker CPU {w['broker_cpu_s']:.1f}s "
                      f"while it read {w['cpu_records']:.0f} records in {w['seconds']:.1f}s; "
                      f"{w['outputs']:.0f} outputs published")
+        interval = res.get("settings", {}).get("checkpoint_interval_s", 0.0)
+        if w["seconds"] < 3 * interval:
+            lines.append(f"note: the run lasted {w['seconds']:.1f}s, under three checkpoint "
+                         f"intervals ({interval:g}s): its rate leaves out most of what "
+                         f"checkpoints cost; about {3 * interval * w['rate']:.0f} records or "
+                         "more (--events) checkpoint at least three times")
     for run in res.get("scaling") or []:
         k = run["workers"]
         lines.append(f"(c{k}) run --workers {k}: {fmt(run['rate'])} records/s in "
@@ -655,8 +661,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     res: dict[str, Any] = {"command": command, "machine": machine(),
                            "settings": {"batch_max": defaults.batch_max,
                                         "batch_within_s": defaults.batch_within_s,
-                                        "checkpoint_interval_s":
-                                            defaults.checkpoint_interval_s,
+                                        "checkpoint_interval_s": float(dict(worker_kv).get(
+                                            "checkpoint_interval_s",
+                                            defaults.checkpoint_interval_s)),
                                         "partitions": args.partitions,
                                         "worker_config": spec.toml("<app id>"),
                                         "worker_cmd": args.worker_cmd}}

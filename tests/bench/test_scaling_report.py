@@ -37,3 +37,13 @@ def test_no_busy_window_and_no_machine_figures_add_no_lines() -> None:
     text = "\n".join(_report_throughput({"worker": _one(), "scaling": [two]}))
     assert "c2/c = 1.50x" in text
     assert "had records" not in text and "busy:" not in text
+
+
+def test_a_run_shorter_than_three_checkpoint_intervals_says_its_rate_leaves_them_out() -> None:
+    short = "\n".join(_report_throughput({"worker": _one(),
+                                          "settings": {"checkpoint_interval_s": 5.0}}))
+    assert ("note: the run lasted 0.1s, under three checkpoint intervals (5s): its rate leaves "
+            "out most of what checkpoints cost; about 300000 records or more") in short
+    one = _one() | {"seconds": 15.0}
+    long = "\n".join(_report_throughput({"worker": one, "settings": {"checkpoint_interval_s": 5.0}}))
+    assert "under three checkpoint intervals" not in long
