@@ -113,7 +113,7 @@ from streams import topics
 from streams.broker import EmbeddedBroker
 
 DEFAULTS: dict[str, Any] = {
-    "events": 200_000, "users": 1200, "rates": (1000.0, 5000.0, 10000.0), "duration": 60.0,
+    "events": 600_000, "users": 1200, "rates": (1000.0, 5000.0, 10000.0), "duration": 60.0,
     "memory_events": 1_000_000, "state_users": (10_000, 100_000), "state_templates": 240}
 QUICK: dict[str, Any] = {
     "events": 30_000, "users": 240, "rates": (1000.0, 5000.0, 10000.0), "duration": 15.0,
@@ -560,7 +560,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "state size of one worker, against a plain aiokafka consumer and a bare "
                     "faust agent (SPEC section 11).")
     parser.add_argument("--events", type=int, help="records pre-produced for the throughput "
-                        "comparison (default 200000; quick 30000)")
+                        "comparison (default 600000: several checkpoint intervals; quick 30000)")
     parser.add_argument("--users", type=int, help="simulated users (default 1200; quick 240)")
     parser.add_argument("--rate", type=_rates, help="comma-separated events/s, one paced "
                         "latency phase each (default 1000,5000,10000)")
