@@ -191,7 +191,7 @@ class Memory:
         is replayed from after a crash; starts anew. The users the last checkpoint built and
         this one does not (idle since) let go of what the columns hold: the next read builds
         it again. The users active since keep it: most of them come back before the next
-        checkpoint, and stripping them at once cost 4% of the worker's rate
+        checkpoint, and stripping them at once cost the worker 7-8% of its rate
         (docs/performance.md)."""
         taken = list(self.staged)
         for user_id in taken:
