@@ -657,11 +657,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                       tuple(drift_kv))
 
     from streams.settings import Settings
-    defaults = Settings()
+    defaults, overrides = Settings(), dict(worker_kv)
+    # The settings the workers run with (the defaults, or what --worker-setting gave).
+    batch_max = int(overrides.get("batch_max", defaults.batch_max))
+    batch_within_s = float(overrides.get("batch_within_s", defaults.batch_within_s))
     res: dict[str, Any] = {"command": command, "machine": machine(),
-                           "settings": {"batch_max": defaults.batch_max,
-                                        "batch_within_s": defaults.batch_within_s,
-                                        "checkpoint_interval_s": float(dict(worker_kv).get(
+                           "settings": {"batch_max": batch_max,
+                                        "batch_within_s": batch_within_s,
+                                        "checkpoint_interval_s": float(overrides.get(
                                             "checkpoint_interval_s",
                                             defaults.checkpoint_interval_s)),
                                         "partitions": args.partitions,
@@ -695,11 +698,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 res["aiokafka"] = baseline_aiokafka(broker.bootstrap, n, tmp, timeout)
                 log(f"    {res['aiokafka']['rate']:.0f} records/s")
                 log("(b) bare faust agent, take_events + msgspec decode")
-                overrides = dict(worker_kv)
-                res["faust_bare"] = baseline_faust(
-                    broker.bootstrap, n, tmp, timeout,
-                    int(overrides.get("batch_max", defaults.batch_max)),
-                    float(overrides.get("batch_within_s", defaults.batch_within_s)))
+                res["faust_bare"] = baseline_faust(broker.bootstrap, n, tmp, timeout,
+                                                   batch_max, batch_within_s)
                 log(f"    {res['faust_bare']['rate']:.0f} records/s")
             other = WorkerSpec(tuple(shlex.split(args.against or "")), tuple(worker_kv),
                                tuple(drift_kv))
