@@ -39,13 +39,14 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 import msgspec
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
 from baselines.rows import Rows
 from baselines.store import BaselineStore
 from streams.metrics import Metrics
+from streams.producers import Sends
 
 log = logging.getLogger("continuity_drift.changelog")
 
@@ -119,12 +120,12 @@ def _chunks(data: bytes) -> list[bytes]:
 class Changelog:
     """The changelog generations of the partitions one worker owns."""
 
-    def __init__(self, bootstrap: str, app_id: str, producer: AIOKafkaProducer,
+    def __init__(self, bootstrap: str, app_id: str, sends: Sends,
                  input_topic: str, metrics: Metrics) -> None:
         self.metrics = metrics
         self.bootstrap = bootstrap
         self.app_id = app_id
-        self.producer = producer
+        self.sends = sends
         self.input_topic = input_topic
         self._pattern = re.compile(rf"^{re.escape(app_id)}\.changelog\.(\d+)\.(\d+)$")
         self._admin: KafkaAdminClient | None = None
@@ -170,8 +171,10 @@ class Changelog:
             pass
 
     async def _send(self, topic: str, entries: list[Entry]) -> int:
-        futures = [await self.producer.send(topic, _encode(e), partition=0) for e in entries]
-        await asyncio.gather(*futures)
+        done = await self.sends.send_all([(topic, None, _encode(e), 0) for e in entries])
+        for result in await done:
+            if isinstance(result, BaseException):
+                raise result
         return sum(len(e.data) for e in entries)
 
     # ------------------------------------------------------------------ writing

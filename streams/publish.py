@@ -1,12 +1,14 @@
 """Outputs to Kafka: each batch's messages handed to the producer without waiting, and
 their acknowledgements awaited by the checkpoint that covers the batch (docs/design.md,
 "Processing guarantees"). What the broker refused is sent again, the same messages with the
-same ids, until it has taken everything."""
+same ids, until it has taken everything. The producer is either client
+(:mod:`streams.producers`)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -14,14 +16,11 @@ from aiokafka import AIOKafkaProducer
 from streams import topics
 from streams.broker_watch import BROKER_FAULTS, BrokerWatch
 from streams.metrics import Metrics, observe_many
+from streams.producers import Sends
 from streams.records import OutMessage, PendingBatch
 
 #: Batches handed to the producer: their messages and the gathered acks, in order.
 Sent = list[tuple[list[OutMessage], asyncio.Future[list[Any]]]]
-
-
-async def _failed(exc: BaseException) -> None:
-    raise exc
 
 
 def _refused(messages: list[OutMessage], results: list[Any]
@@ -38,10 +37,12 @@ def _refused(messages: list[OutMessage], results: list[Any]
 class Publisher:
     """The producer's side of one worker."""
 
-    def __init__(self, producer: AIOKafkaProducer | None, metrics: Metrics,
+    def __init__(self, producer: AIOKafkaProducer | None, sends: Sends, metrics: Metrics,
                  broker: BrokerWatch) -> None:
         assert producer is not None
         self.producer = producer
+        """aiokafka's producer, which learns the topics' partitions."""
+        self.sends = sends
         self.metrics = metrics
         self.broker = broker
         self.copartitioned: set[str] = set()
@@ -62,8 +63,7 @@ class Publisher:
         the batch waits for their acks (:meth:`acked`) before it writes anything."""
         if not batch.messages:
             return
-        done = asyncio.gather(*[await self.send(m) for m in batch.messages],
-                              return_exceptions=True)
+        done = await self.send_all(batch.messages)
         latency, sources = self.metrics.end_to_end_latency, batch.source_timestamps
 
         def observe(_: asyncio.Future[Any]) -> None:
@@ -78,15 +78,14 @@ class Publisher:
         sent, self._unacked = self._unacked, []
         return sent
 
-    async def send(self, m: OutMessage) -> asyncio.Future[Any]:
-        """Enqueue one message; its ack, or the broker fault that refused it."""
-        partition = m.partition if m.partition >= 0 and m.topic in self.copartitioned else None
-        try:
-            ack: asyncio.Future[Any] = await self.producer.send(m.topic, m.value, key=m.key,
-                                                                partition=partition)
-            return ack
-        except BROKER_FAULTS as exc:
-            return asyncio.ensure_future(_failed(exc))
+    async def send_all(self, messages: Sequence[OutMessage]) -> asyncio.Future[list[Any]]:
+        """Enqueue ``messages``; each one's ack or the broker fault that refused it, in their
+        order, once all are settled."""
+        copartitioned = self.copartitioned
+        return await self.sends.send_all(
+            [(m.topic, m.key, m.value,
+              m.partition if m.partition >= 0 and m.topic in copartitioned else None)
+             for m in messages])
 
     async def acked(self, sent: Sent) -> None:
         """Wait for the acks of ``sent``; send what the broker did not take again (the same
@@ -95,8 +94,7 @@ class Publisher:
 
         async def attempt() -> None:
             nonlocal pending
-            failed = _refused(pending, await asyncio.gather(
-                *[await self.send(m) for m in pending], return_exceptions=True))
+            failed = _refused(pending, await (await self.send_all(pending)))
             pending = [m for m, _ in failed]
             if failed:
                 raise failed[0][1]

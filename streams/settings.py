@@ -53,6 +53,10 @@ class Settings:
     compression: str = "zstd"
     """The codec of every batch the worker produces (outputs and changelog): one of
     :data:`CODECS`."""
+    producer: str = "aiokafka"
+    """The client that publishes the outputs and the changelog: ``aiokafka`` or
+    ``librdkafka`` (confluent-kafka), which costs the worker's loop a tenth of the CPU per
+    message (docs/performance.md)."""
     drift: DriftConfig = field(default_factory=DriftConfig)
 
     @property
@@ -72,10 +76,13 @@ _SIMPLE = {"broker": str, "data_dir": Path, "web_port": int, "web_host": str,
            "fetch_wait_s": float, "checkpoint_interval_s": float, "timer_interval_s": float,
            "quiet_after_s": float, "tick_lateness_s": float, "session_timeout_s": float,
            "heartbeat_interval_s": float, "rebalance_timeout_s": float, "log_level": str,
-           "history_versions": int, "history_sessions": int, "compression": str}
+           "history_versions": int, "history_sessions": int, "compression": str,
+           "producer": str}
 
 #: The codecs Kafka defines, as the worker's ``compression`` setting names them.
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+#: The clients the worker's ``producer`` setting names.
+PRODUCERS = ("aiokafka", "librdkafka")
 
 
 def _coerce(name: str, kind: type, raw: Any) -> Any:
@@ -125,4 +132,7 @@ def load_settings(config_file: Path | None, overrides: dict[str, Any]) -> Settin
     if typed.get("compression", "zstd") not in CODECS:
         raise SettingsError(f"setting 'compression': {typed['compression']!r} is not a codec; "
                             f"use one of {', '.join(CODECS)}")
+    if typed.get("producer", "aiokafka") not in PRODUCERS:
+        raise SettingsError(f"setting 'producer': {typed['producer']!r} is not a client the "
+                            f"worker has; use one of {', '.join(PRODUCERS)}")
     return Settings(**typed, drift=drift_config(drift_values))

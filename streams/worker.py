@@ -41,6 +41,7 @@ from streams.engine import Engine
 from streams.http import make_app
 from streams.metrics import Metrics, build_metrics
 from streams.owners import Owners, partition_of
+from streams.producers import AiokafkaSends, LibrdkafkaSends, Sends
 from streams.publish import Publisher
 from streams.records import InputRecord
 from streams.settings import Settings
@@ -102,6 +103,7 @@ class Worker:
         self._last_tick = time.monotonic()
         self.checkpoints: Checkpoints | None = None
         self.publisher: Publisher | None = None
+        self.sends: Sends | None = None
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
         self.changelog: Changelog | None = None
@@ -139,12 +141,14 @@ class Worker:
             max_partition_fetch_bytes=FETCH_BYTES)
         try:
             await self.producer.start()
-            self.changelog = Changelog(self.bootstrap, s.app_id, self.producer, topics.INPUT,
+            self.sends = (LibrdkafkaSends(self.bootstrap, f"{s.app_id}-producer", s.compression)
+                          if s.producer == "librdkafka" else AiokafkaSends(self.producer))
+            self.changelog = Changelog(self.bootstrap, s.app_id, self.sends, topics.INPUT,
                                        self.metrics)
             await self.changelog.start()
             self.owners = Owners(self.bootstrap, s.app_id, self.producer, s.url)
             await self.owners.start(self.changelog.replication)
-            self.publisher = Publisher(self.producer, self.metrics, self.broker)
+            self.publisher = Publisher(self.producer, self.sends, self.metrics, self.broker)
             self.input_partitions = await self.publisher.learn_partitions()
             self.checkpoints = Checkpoints(self.engine, self.store, self.changelog,
                                            self.publisher, self.consumer, self.metrics,
@@ -161,6 +165,8 @@ class Worker:
             return 0
         finally:
             await self.consumer.stop()
+            if self.sends is not None:
+                await self.sends.close()
             await self.producer.stop()
             if self.changelog is not None:
                 self.changelog.close()
@@ -187,6 +193,10 @@ class Worker:
             async with self.lock:
                 await self._guarded(self._step(records))
             self.processing = True
+            # getmany returns buffered records without suspending, and a batch may not
+            # suspend either: let the checkpoint in flight, the producer's acks, the fetcher
+            # and the HTTP endpoints run between two batches.
+            await asyncio.sleep(0)
 
     async def _step(self, records: Sequence[InputRecord]) -> None:
         consumer, checkpoints = self.consumer, self.checkpoints

@@ -69,9 +69,13 @@ def proxied(tmp_path: Path) -> Iterator[tuple[Broker, TcpProxy]]:
             proxy.cut()
 
 
-def test_a_broker_out_of_reach_degrades_the_worker_and_loses_nothing(proxied, tmp_path):
+@pytest.mark.parametrize("producer", ["aiokafka", "librdkafka"])
+def test_a_broker_out_of_reach_degrades_the_worker_and_loses_nothing(proxied, tmp_path,
+                                                                      producer):
     broker, proxy = proxied
-    worker = WorkerProcess(broker.bootstrap, tmp_path / "w", {k: dict(v) for k, v in FAST.items()})
+    config = {k: dict(v) for k, v in FAST.items()}
+    config["worker"]["producer"] = producer
+    worker = WorkerProcess(broker.bootstrap, tmp_path / "w", config)
     worker.start()
     try:
         events = _events()

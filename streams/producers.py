@@ -1,0 +1,156 @@
+"""The worker's producers behind one call: hand messages over, and get a future of each
+one's ack (or the fault that refused it), in their order, once all are settled.
+
+:class:`AiokafkaSends` is aiokafka's producer, the default. :class:`LibrdkafkaSends` is
+librdkafka's (confluent-kafka), as ``[worker] producer = "librdkafka"`` asks: it takes the
+outputs and the changelog, and costs the worker's loop about a tenth of aiokafka's CPU per
+message (``bench/producer_cost.py``, docs/performance.md). Ticks and ownership claims, a few
+messages a minute, stay on aiokafka's producer either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from streams.broker_watch import BROKER_FAULTS
+
+log = logging.getLogger("continuity_drift.producer")
+
+#: (topic, key, value, partition; None: the partitioner's choice by key)
+Message = tuple[str, bytes | None, bytes, int | None]
+
+
+class DeliveryFailed(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
+    """librdkafka did not deliver a message (its error, as it states it): a broker fault,
+    sent again as any other."""
+
+
+class Sends(Protocol):
+    async def send_all(self, messages: Sequence[Message]) -> asyncio.Future[list[Any]]:
+        """Hand ``messages`` over, in order; a future of each one's ack or the broker fault
+        that refused it (any other failure is raised), once all are settled."""
+
+    async def close(self) -> None:
+        """Let go of what this producer holds of its own."""
+
+
+async def _failed(exc: BaseException) -> None:
+    raise exc
+
+
+class AiokafkaSends:
+    """aiokafka's producer (which the worker starts and stops)."""
+
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self.producer = producer
+
+    async def send_all(self, messages: Sequence[Message]) -> asyncio.Future[list[Any]]:
+        return asyncio.gather(*[await self._send(m) for m in messages], return_exceptions=True)
+
+    async def _send(self, m: Message) -> asyncio.Future[Any]:
+        topic, key, value, partition = m
+        try:
+            ack: asyncio.Future[Any] = await self.producer.send(topic, value, key=key,
+                                                                partition=partition)
+            return ack
+        except BROKER_FAULTS as exc:
+            return asyncio.ensure_future(_failed(exc))
+
+    async def close(self) -> None:
+        return None
+
+
+class LibrdkafkaSends:
+    """librdkafka's producer (confluent-kafka): ``produce`` hands a message to its queue, and
+    its own threads batch, compress and send it. Its delivery reports are served on the loop's
+    thread (``poll``, every :attr:`POLL_S` while any is due), so the futures they settle
+    are only ever touched there; a full queue waits for room (back-pressure, as aiokafka's
+    full batch does)."""
+
+    POLL_S = 0.001
+
+    def __init__(self, bootstrap: str, client_id: str, compression: str) -> None:
+        from confluent_kafka import Producer  # only a worker configured for it needs it
+
+        self._producer = Producer({
+            "bootstrap.servers": bootstrap, "client.id": client_id, "acks": "all",
+            "linger.ms": 2, "enable.idempotence": False, "compression.type": compression,
+            # A key's partition as the Java client and aiokafka place it (murmur2).
+            "partitioner": "murmur2_random", "logger": log})
+        self._due = 0
+        self._serving: asyncio.Task[None] | None = None
+
+    async def send_all(self, messages: Sequence[Message]) -> asyncio.Future[list[Any]]:
+        """Hand ``messages`` to librdkafka, in order; a future of each one's ack (None) or
+        the fault that refused it, in their order, once all are settled."""
+        done: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        results: list[Any] = [None] * len(messages)
+        left = [len(messages)]
+
+        def settle(i: int, fault: Exception | None) -> None:
+            results[i] = fault
+            left[0] -= 1
+            if not left[0] and not done.done():
+                done.set_result(results)
+
+        if not messages:
+            done.set_result(results)
+        for i, (topic, key, value, partition) in enumerate(messages):
+            refused = await self._produce(topic, key, value, partition, self._report(settle, i))
+            if refused is not None:
+                settle(i, refused)
+        self._serve()
+        return done
+
+    def _report(self, settle: Callable[[int, Exception | None], None], i: int
+                ) -> Callable[[Any, Any], None]:
+        """librdkafka's delivery report for message ``i``: its error, if any, as the fault."""
+        def report(err: Any, _: Any) -> None:
+            self._due -= 1
+            settle(i, None if err is None else DeliveryFailed(str(err)))
+        return report
+
+    async def _produce(self, topic: str, key: bytes | None, value: bytes, partition: int | None,
+                       report: Callable[[Any, Any], None]) -> DeliveryFailed | None:
+        """Hand one message over (waiting while librdkafka's queue is full); the fault if
+        librdkafka refused it at once."""
+        from confluent_kafka import KafkaException
+
+        while True:
+            try:
+                self._producer.produce(topic, value, key=key,
+                                       partition=-1 if partition is None else partition,
+                                       on_delivery=report)
+            except BufferError:  # the queue is full: serve reports, and try again
+                self._producer.poll(0)
+                await asyncio.sleep(self.POLL_S)
+                continue
+            except KafkaException as exc:
+                return DeliveryFailed(str(exc))
+            self._due += 1
+            return None
+
+    def _serve(self) -> None:
+        if self._due > 0 and (self._serving is None or self._serving.done()):
+            self._serving = asyncio.create_task(self._serve_reports())
+
+    async def _serve_reports(self) -> None:
+        while self._due > 0:
+            self._producer.poll(0)
+            await asyncio.sleep(self.POLL_S)
+
+    async def close(self, timeout_s: float = 10.0) -> None:
+        """Serve the reports still due (for at most ``timeout_s``), then let go."""
+        deadline = time.monotonic() + timeout_s
+        while self._due > 0 and time.monotonic() < deadline:
+            self._producer.poll(0)
+            await asyncio.sleep(self.POLL_S)
+        if self._serving is not None:
+            self._serving.cancel()

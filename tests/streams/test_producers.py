@@ -1,0 +1,76 @@
+"""librdkafka's producer on a real broker: every message acked and on its partition, a
+refusal returned as a broker fault, and a key placed where aiokafka places it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokafka import AIOKafkaProducer
+from kafka import KafkaConsumer, TopicPartition
+
+from streams import topics
+from streams.broker_watch import BROKER_FAULTS
+from streams.producers import DeliveryFailed, LibrdkafkaSends
+
+
+def _read(bootstrap: str, topic: str, partitions: int) -> dict[bytes, int]:
+    """Each message's value and the partition it is on."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=2000,
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        return {m.value: m.partition for m in consumer}
+    finally:
+        consumer.close()
+
+
+def test_librdkafka_messages_are_acked_in_order_and_placed_as_aiokafka_places_a_key(broker):
+    keys = [f"user-{i}".encode() for i in range(40)]
+
+    async def publish() -> tuple[list[object], list[object], dict[bytes, int]]:
+        outputs = LibrdkafkaSends(broker.bootstrap, "test-outputs", "zstd")
+        try:
+            placed = await outputs.send_all(
+                [(topics.SCORES, k, b"placed-" + k, None) for k in keys])
+            pinned = await outputs.send_all(
+                [(topics.RESPONSES, k, b"pinned-" + k, 3) for k in keys])
+            results = await asyncio.wait_for(placed, 30), await asyncio.wait_for(pinned, 30)
+            empty = await outputs.send_all([])
+            assert await empty == []
+        finally:
+            await outputs.close()
+        aio = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        await aio.start()
+        try:  # where aiokafka's partitioner puts each key (the worker's other producer)
+            where = {k: aio._partition(topics.SCORES, None, None, None, k, b"")
+                     for k in keys}
+        finally:
+            await aio.stop()
+        return *results, where
+
+    placed, pinned, where = asyncio.run(publish())
+    assert placed == [None] * len(keys) and pinned == [None] * len(keys)
+    on_scores = _read(broker.bootstrap, topics.SCORES, 4)
+    assert {v: p for v, p in on_scores.items()} == {b"placed-" + k: where[k] for k in keys}
+    assert len(set(where.values())) > 1  # the keys do spread: the check above means something
+    on_responses = _read(broker.bootstrap, topics.RESPONSES, 4)
+    assert on_responses == {b"pinned-" + k: 3 for k in keys}
+
+
+def test_a_message_librdkafka_refuses_settles_as_a_broker_fault_and_the_rest_are_acked(broker):
+    async def publish() -> list[object]:
+        outputs = LibrdkafkaSends(broker.bootstrap, "test-outputs", "none")
+        try:
+            done = await outputs.send_all([(topics.SCORES, b"k", b"fine", 0),
+                                           (topics.SCORES, b"k", b"nowhere", 99),
+                                           (topics.SCORES, b"k", b"fine too", 1)])
+            return await asyncio.wait_for(done, 30)
+        finally:
+            await outputs.close()
+
+    results = asyncio.run(publish())
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], DeliveryFailed) and isinstance(results[1], BROKER_FAULTS)
+    assert _read(broker.bootstrap, topics.SCORES, 4) == {b"fine": 0, b"fine too": 1}
