@@ -107,6 +107,11 @@ class LibrdkafkaSends:
             if refused is not None:
                 settle(i, refused)
         self._serve()
+        # aiokafka's producer waits on the loop whenever a record batch fills; librdkafka's
+        # never does, and getmany returns buffered records without waiting either: without
+        # this turn, the checkpoint in flight, these reports and the HTTP endpoints would
+        # wait until the consumer's buffer runs dry (docs/design.md).
+        await asyncio.sleep(0)
         return done
 
     def _report(self, settle: Callable[[int, Exception | None], None], i: int

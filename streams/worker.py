@@ -193,10 +193,6 @@ class Worker:
             async with self.lock:
                 await self._guarded(self._step(records))
             self.processing = True
-            # getmany returns buffered records without suspending, and a batch may not
-            # suspend either: let the checkpoint in flight, the producer's acks, the fetcher
-            # and the HTTP endpoints run between two batches.
-            await asyncio.sleep(0)
 
     async def _step(self, records: Sequence[InputRecord]) -> None:
         consumer, checkpoints = self.consumer, self.checkpoints
