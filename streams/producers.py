@@ -75,15 +75,24 @@ class LibrdkafkaSends:
     full batch does)."""
 
     POLL_S = 0.001
+    #: Messages librdkafka may hold unacknowledged (its default is 100,000): when the broker
+    #: is out of reach the loop stops here, as aiokafka's does at a full record batch, a
+    #: second or two of outputs after it, instead of holding outputs and state for minutes.
+    QUEUE_MESSAGES = 10_000
+    #: ... and bytes (its default is 1 GB); a checkpoint's changelog delta is a few MB.
+    QUEUE_KB = 64 * 1024
 
-    def __init__(self, bootstrap: str, client_id: str, compression: str) -> None:
+    def __init__(self, bootstrap: str, client_id: str, compression: str,
+                 queue_messages: int = QUEUE_MESSAGES) -> None:
         from confluent_kafka import Producer  # only a worker configured for it needs it
 
         self._producer = Producer({
             "bootstrap.servers": bootstrap, "client.id": client_id, "acks": "all",
             "linger.ms": 2, "enable.idempotence": False, "compression.type": compression,
             # A key's partition as the Java client and aiokafka place it (murmur2).
-            "partitioner": "murmur2_random", "logger": log})
+            "partitioner": "murmur2_random", "logger": log,
+            "queue.buffering.max.messages": queue_messages,
+            "queue.buffering.max.kbytes": self.QUEUE_KB})
         self._due = 0
         self._serving: asyncio.Task[None] | None = None
 

@@ -74,3 +74,18 @@ def test_a_message_librdkafka_refuses_settles_as_a_broker_fault_and_the_rest_are
     assert results[0] is None and results[2] is None
     assert isinstance(results[1], DeliveryFailed) and isinstance(results[1], BROKER_FAULTS)
     assert _read(broker.bootstrap, topics.SCORES, 4) == {b"fine": 0, b"fine too": 1}
+
+
+def test_a_full_librdkafka_queue_holds_the_sender_back_until_there_is_room(broker):
+    values = [f"m{i}".encode() for i in range(60)]
+
+    async def publish() -> list[object]:
+        outputs = LibrdkafkaSends(broker.bootstrap, "test-outputs", "none", queue_messages=4)
+        try:  # at most four unacknowledged: the rest wait for room, none is dropped
+            done = await outputs.send_all([(topics.SCORES, b"k", v, 2) for v in values])
+            return await asyncio.wait_for(done, 30)
+        finally:
+            await outputs.close()
+
+    assert asyncio.run(publish()) == [None] * len(values)
+    assert _read(broker.bootstrap, topics.SCORES, 4) == {v: 2 for v in values}
