@@ -102,6 +102,17 @@ def _fits(turns: TurnLog, g: Geometry) -> bool:
         and len(turns.early_rows) <= g.early and len(turns.late_rows) <= g.late
 
 
+_NO_SUMS = WindowSums()
+
+
+def _empty(turns: TurnLog, g: Geometry) -> bool:
+    """Whether ``turns`` is a session's log before its first turn (:meth:`TurnLog.start`),
+    whose counts and sums are all zero in a slot of geometry ``g``."""
+    return (turns.n_turns == 0 and not turns.current_rows and not turns.early_rows
+            and not turns.late_rows and len(turns.windows) == g.windows
+            and all(w == _NO_SUMS for w in turns.windows))
+
+
 def _load_turns(turns: TurnLog, ints: list[int], floats: list[float], g: Geometry) -> bool:
     if not _fits(turns, g):
         return False
@@ -231,6 +242,10 @@ def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.
                 pass
             elif turns_held is not None and ok:
                 turns_fit = _update_turns(turns_held, turns, slot, icols, fcols, g)
+            elif _empty(turns, g):  # a session just started: what _load_turns writes, at once
+                icols[slot] = 0
+                fcols[slot, F_WINDOWS:] = 0.0
+                ring_held = None  # the row's ring length and head were reset
             else:
                 ints = [0] * g.i_width
                 floats = [0.0] * g.f_width
