@@ -53,10 +53,11 @@ class WindowStats:
     m2: Sequence[float]
 
     def __post_init__(self) -> None:
-        for name in ("mean", "m2"):
-            values = getattr(self, name)
-            if not isinstance(values, array):
-                object.__setattr__(self, name, array("d", values))
+        # Spelled out, not a loop over the two names: a session's end builds one per window.
+        if type(self.mean) is not array:
+            object.__setattr__(self, "mean", array("d", self.mean))
+        if type(self.m2) is not array:
+            object.__setattr__(self, "m2", array("d", self.m2))
 
     def __hash__(self) -> int:
         return hash((self.n, tuple(self.mean), tuple(self.m2)))

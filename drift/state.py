@@ -9,6 +9,7 @@ model-change protocol, the ladder to the responses.
 from __future__ import annotations
 
 import hashlib
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -86,11 +87,13 @@ class WindowSums:
                            s4 + r4 * r4, s5 + r5 * r5))
 
     def stats(self, idx: list[int]) -> WindowStats | None:
-        if self.n == 0:
+        n = self.n
+        if n == 0:
             return None
-        mean = tuple(self.total[j] / self.n for j in idx)
-        m2 = tuple(max(0.0, self.squares[j] - self.n * m * m) for j, m in zip(idx, mean))
-        return WindowStats(self.n, mean, m2)
+        total, squares = self.total, self.squares
+        mean = array("d", [total[j] / n for j in idx])
+        m2 = array("d", [max(0.0, squares[j] - n * m * m) for j, m in zip(idx, mean)])
+        return WindowStats(n, mean, m2)
 
 
 @fast_init
