@@ -23,6 +23,18 @@ from streams.broker_watch import BROKER_FAULTS
 
 log = logging.getLogger("continuity_drift.producer")
 
+
+class _ReconnectNoise(logging.Filter):
+    """librdkafka logs each failed attempt to reach a broker (``FAIL``, twice a second at
+    first); the broker watch already says, once, when the broker is out of reach, so those
+    lines go and every other line of librdkafka's stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("FAIL ")
+
+
+log.addFilter(_ReconnectNoise())
+
 #: (topic, key, value, partition; None: the partitioner's choice by key)
 Message = tuple[str, bytes | None, bytes, int | None]
 

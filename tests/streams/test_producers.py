@@ -4,13 +4,14 @@ refusal returned as a broker fault, and a key placed where aiokafka places it.""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from aiokafka import AIOKafkaProducer
 from kafka import KafkaConsumer, TopicPartition
 
 from streams import topics
 from streams.broker_watch import BROKER_FAULTS
-from streams.producers import DeliveryFailed, LibrdkafkaSends
+from streams.producers import DeliveryFailed, LibrdkafkaSends, log
 
 
 def _read(bootstrap: str, topic: str, partitions: int) -> dict[bytes, int]:
@@ -89,3 +90,14 @@ def test_a_full_librdkafka_queue_holds_the_sender_back_until_there_is_room(broke
 
     assert asyncio.run(publish()) == [None] * len(values)
     assert _read(broker.bootstrap, topics.SCORES, 4) == {v: 2 for v in values}
+
+
+def test_librdkafka_s_failed_reconnects_are_left_to_the_broker_watch_and_the_rest_logged(
+        caplog):
+    caplog.set_level(logging.INFO, logger=log.name)
+    fail = ("FAIL [continuity-drift-producer#producer-1] [thrd:127.0.0.1:9/bootstrap]: "
+            "127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed: Connection refused")
+    other = "ERROR [continuity-drift-producer#producer-1] [thrd:app]: message too large"
+    log.error("%s", fail)
+    log.error("%s", other)
+    assert [r.getMessage() for r in caplog.records if r.name == log.name] == [other]
