@@ -96,8 +96,10 @@ class LibrdkafkaSends:
 
     def __init__(self, bootstrap: str, client_id: str, compression: str,
                  queue_messages: int = QUEUE_MESSAGES) -> None:
-        from confluent_kafka import Producer  # only a worker configured for it needs it
+        # Imported here: only a worker configured for it needs the library.
+        from confluent_kafka import KafkaException, Producer
 
+        self._refusal = KafkaException
         self._producer = Producer({
             "bootstrap.servers": bootstrap, "client.id": client_id, "acks": "all",
             "linger.ms": 2, "enable.idempotence": False, "compression.type": compression,
@@ -147,8 +149,6 @@ class LibrdkafkaSends:
                        report: Callable[[Any, Any], None]) -> DeliveryFailed | None:
         """Hand one message over (waiting while librdkafka's queue is full); the fault if
         librdkafka refused it at once."""
-        from confluent_kafka import KafkaException
-
         while True:
             try:
                 self._producer.produce(topic, value, key=key,
@@ -158,7 +158,7 @@ class LibrdkafkaSends:
                 self._producer.poll(0)
                 await asyncio.sleep(self.POLL_S)
                 continue
-            except KafkaException as exc:
+            except self._refusal as exc:
                 return DeliveryFailed(str(exc))
             self._due += 1
             return None
