@@ -6,36 +6,30 @@ import pytest
 
 from streams.settings import CODECS, PRODUCERS, SettingsError, load_settings
 
+#: (setting, its default, every value it takes, one it refuses, what the refusal lists)
+CHOICES = [("compression", "zstd", CODECS, "brotli", "none, gzip, snappy, lz4, zstd"),
+           ("producer", "aiokafka", PRODUCERS, "kafkajs", "aiokafka, librdkafka")]
 
-def test_the_worker_compresses_with_zstd_unless_told_otherwise(tmp_path, monkeypatch):
-    monkeypatch.delenv("CONTINUITY_COMPRESSION", raising=False)
-    assert load_settings(None, {}).compression == "zstd"
+
+@pytest.mark.parametrize(("name", "default", "values", "_refused", "_listed"), CHOICES)
+def test_a_choice_has_its_default_and_takes_each_value_from_file_and_environment(
+        tmp_path, monkeypatch, name, default, values, _refused, _listed):
+    env = f"CONTINUITY_{name.upper()}"
+    monkeypatch.delenv(env, raising=False)
+    assert getattr(load_settings(None, {}), name) == default
     config = tmp_path / "w.toml"
-    for codec in CODECS:
-        config.write_text(f'[worker]\ncompression = "{codec}"\n')
-        assert load_settings(config, {}).compression == codec
+    for value in values:
+        config.write_text(f'[worker]\n{name} = "{value}"\n')
+        assert getattr(load_settings(config, {}), name) == value
+        monkeypatch.setenv(env, value)
+        assert getattr(load_settings(None, {}), name) == value
+        monkeypatch.delenv(env)
 
 
-def test_a_codec_kafka_does_not_define_is_refused_with_the_ones_it_does(tmp_path):
+@pytest.mark.parametrize(("name", "_default", "_values", "refused", "listed"), CHOICES)
+def test_a_value_the_worker_has_not_is_refused_with_the_ones_it_has(
+        tmp_path, name, _default, _values, refused, listed):
     config = tmp_path / "w.toml"
-    config.write_text('[worker]\ncompression = "brotli"\n')
-    with pytest.raises(SettingsError, match="none, gzip, snappy, lz4, zstd"):
-        load_settings(config, {})
-
-
-def test_the_worker_produces_with_aiokafka_unless_told_otherwise(tmp_path, monkeypatch):
-    monkeypatch.delenv("CONTINUITY_PRODUCER", raising=False)
-    assert load_settings(None, {}).producer == "aiokafka"
-    config = tmp_path / "w.toml"
-    for client in PRODUCERS:
-        config.write_text(f'[worker]\nproducer = "{client}"\n')
-        assert load_settings(config, {}).producer == client
-    monkeypatch.setenv("CONTINUITY_PRODUCER", "librdkafka")
-    assert load_settings(None, {}).producer == "librdkafka"
-
-
-def test_a_producer_the_worker_has_not_is_refused_with_the_ones_it_has(tmp_path):
-    config = tmp_path / "w.toml"
-    config.write_text('[worker]\nproducer = "kafkajs"\n')
-    with pytest.raises(SettingsError, match="aiokafka, librdkafka"):
+    config.write_text(f'[worker]\n{name} = "{refused}"\n')
+    with pytest.raises(SettingsError, match=listed):
         load_settings(config, {})
