@@ -11,8 +11,8 @@ messages a minute, stay on aiokafka's producer either way.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -174,9 +174,7 @@ class LibrdkafkaSends:
 
     async def close(self, timeout_s: float = 10.0) -> None:
         """Serve the reports still due (for at most ``timeout_s``), then let go."""
-        deadline = time.monotonic() + timeout_s
-        while self._due > 0 and time.monotonic() < deadline:
-            self._producer.poll(0)
-            await asyncio.sleep(self.POLL_S)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._serve_reports(), timeout_s)
         if self._serving is not None:
             self._serving.cancel()
