@@ -114,19 +114,19 @@ class TurnLog:
 
     def add(self, row: Row, config: DriftConfig) -> TurnLog:
         """The log with one more turn: into its checkpoint window, the current look,
-        the early window (re-attunement) and the late profile.
+        the early window (re-attunement; emptied past its turn) and the late profile.
 
         >>> log = TurnLog.start(DriftConfig())
         >>> for _ in range(7):
         ...     log = log.add((0.5,) * 6, DriftConfig())
         >>> log.n_turns, [w.n for w in log.windows], len(log.early_rows), len(log.late_rows)
-        (7, [5, 2, 0], 5, 3)
+        (7, [5, 2, 0], 0, 3)
         """
         n = self.n_turns + 1
         w = min((n - 1) // config.checkpoint_every, config.windows - 1)
         windows = self.windows[:w] + (self.windows[w].add(row),) + self.windows[w + 1:]
-        early = self.early_rows + (row,) if n <= config.reattune_checkpoint_turn \
-            else self.early_rows
+        # The early rows are read at the re-attunement turn only: let go of them after it.
+        early = self.early_rows + (row,) if n <= config.reattune_checkpoint_turn else ()
         late = (self.late_rows + (row,))[-config.late_profile_turns:]
         return TurnLog(n, self.looks, windows, self.current_rows + (row,), early, late)
 

@@ -8,7 +8,7 @@
   the fingerprint in the dedupe ring, moves the session's ``last_s``, folds the turn
   into the guard (blocking states, the high-resonance streak) and, in a baselining
   mode, adds its transformed row to the turn log (its window sums, the current
-  look, the early window and the late profile);
+  look, the early window, emptied past the re-attunement turn, and the late profile);
 * a ``semantic``, ``model_change_notice_shown`` or ``memory_write_blocked`` event of the
   open session moves the clock, the ring and ``last_s`` the same way, is marked
   ``ST_SIDE``, and the kernel returns its index: what else it changes lives outside the
@@ -105,6 +105,10 @@ def _add_turn(s: int, i: int, n_turns: int, ev_rows: npt.NDArray[np.float64],
         for j in range(N_FEATURES):
             fcols[s, f_early + early * N_FEATURES + j] = ev_rows[i, j]
         icols[s, I_EARLY] = early + 1
+    elif icols[s, I_EARLY] != 0:  # past the re-attunement turn the early rows are let go
+        for k in range(icols[s, I_EARLY] * N_FEATURES):
+            fcols[s, f_early + k] = 0.0
+        icols[s, I_EARLY] = 0
     late = icols[s, I_LATE]
     if late >= cap_late:  # (late_rows + (row,))[-late_profile_turns:]
         for k in range((cap_late - 1) * N_FEATURES):
