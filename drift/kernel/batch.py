@@ -117,9 +117,9 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
     status = ev.status
     i = 0
     while i < n:
-        icols, fcols, rings = columns.arrays()
-        j = apply_turns(i, stop_before_erasure, *event_arrays, icols, fcols, rings, geom,
-                        params, *columns.saved)
+        icols, fcols, tcols, rings = columns.arrays()
+        j = apply_turns(i, stop_before_erasure, *event_arrays, icols, fcols, tcols, rings,
+                        geom, params, *columns.saved)
         if j >= n:
             break
         s = ev.slot_list[j]

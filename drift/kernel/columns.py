@@ -27,15 +27,18 @@ from drift.kernel.layout import (
     DIRTY_USER,
     F_EXPIRE,
     F_LAST,
+    F_WIDTH,
     HAS_SESSION,
     I_CURRENT,
     I_EARLY,
     I_FLAGS,
     I_SESSION,
+    I_TROW,
     I_TURNS,
     N_FEATURES,
     PY_ONLY,
     Geometry,
+    TurnRows,
 )
 from drift.kernel.views import NO_BASELINES, BaselineView, StateView
 from drift.model import DriftConfig
@@ -65,7 +68,9 @@ class UserColumns:
         self.geometry = g = Geometry.of(config)
         capacity = max(capacity, 1)
         self.icols: npt.NDArray[np.int64] = np.zeros((capacity, g.i_width), np.int64)
-        self.fcols: npt.NDArray[np.float64] = np.zeros((capacity, g.f_width), np.float64)
+        self.icols[:, I_TROW] = -1
+        self.fcols: npt.NDArray[np.float64] = np.zeros((capacity, F_WIDTH), np.float64)
+        self.turn_rows = TurnRows(g.t_width)
         self.rings: npt.NDArray[np.uint64] = np.zeros((capacity, g.ring), np.uint64)
         self._index: dict[str, int] = {}
         self._users: list[str] = [""] * capacity
@@ -78,8 +83,8 @@ class UserColumns:
         self._hints: list[tuple[UserBaselines, float, float] | None] = [None] * capacity
         """Per slot, the last expiry hint with the baselines and ``last_used_s`` it is of."""
         self._free = list(range(capacity - 1, -1, -1))
-        self.saved = (np.zeros(g.i_width, np.int64), np.zeros(g.f_width, np.float64),
-                      np.zeros(g.ring, np.uint64))
+        self.saved = (np.zeros(g.i_width, np.int64), np.zeros(F_WIDTH, np.float64),
+                      np.zeros(g.t_width, np.float64), np.zeros(g.ring, np.uint64))
         """One slot's rows as the kernel saved them before a turn it scores (its caller
         puts them back if the scoring raises: :meth:`restore`)."""
         self._codes: dict[str, int] = {}
@@ -169,14 +174,16 @@ class UserColumns:
         return s
 
     def _grow(self) -> None:
-        """A quarter more slots (at least one). A slot is 2 KB, so the slots a growth leaves
-        empty are memory every user pays for: doubling left up to half of them empty
-        (5.6 KB a user at 10,000 users against 4.2 KB with none empty); a quarter costs
-        more copies, each of what is held (docs/performance.md, "Per-user state")."""
+        """A quarter more slots (at least one). A slot is 1.2 KB (2 KB before the turn rows
+        were an array apart), so the slots a growth leaves empty are memory every user pays
+        for: doubling left up to half of them empty (5.6 KB a user at 10,000 users against
+        4.2 KB with none empty, then); a quarter costs more copies, each of what is held
+        (docs/performance.md, "Per-user state")."""
         old = self.icols.shape[0]
         more = max(old // 4, 1)
         grown = ((0, more), (0, 0))  # rows of zeros after the last
         self.icols = np.pad(self.icols, grown)
+        self.icols[old:, I_TROW] = -1
         self.fcols = np.pad(self.fcols, grown)
         self.rings = np.pad(self.rings, grown)
         self._users += [""] * more
@@ -192,6 +199,7 @@ class UserColumns:
         """Forget a user (its slot is reused)."""
         s = self._index.pop(user_id, None)
         if s is not None:
+            self._turn_row(s, False)
             self._shells[s] = None
             self._baselines[s] = None
             self._turns[s] = None
@@ -206,13 +214,27 @@ class UserColumns:
         turns = session.turns if session is not None and session.mode.keeps_baselines \
             else None
         flags = int(self.icols[s, I_FLAGS])
-        held_turns = None if flags & (_DIRTY | PY_ONLY) else self._turns[s]
+        new_row = self._turn_row(s, turns is not None)
+        held_turns = None if new_row or flags & (_DIRTY | PY_ONLY) else self._turns[s]
         held_ring = None if flags & (DIRTY_USER | PY_ONLY) else self._rings[s]
-        fits = load(state, hint, s, self.icols, self.fcols, self.rings, self.geometry,
-                    self.session_code, held_turns, held_ring)
+        fits = load(state, hint, s, self.icols, self.fcols, self.turn_rows.tcols, self.rings,
+                    self.geometry, self.session_code, held_turns, held_ring)
         self._bound[s] = self._generation
         self._turns[s] = turns if fits else None
         self._rings[s] = state.recent.ring if fits else None
+
+    def _turn_row(self, s: int, wanted: bool) -> bool:
+        """Give slot ``s`` a turn row if ``wanted`` and it has none, or take its row back if
+        not wanted; True if it got a new one (which holds no turn log yet)."""
+        row = int(self.icols[s, I_TROW])
+        if wanted == (row >= 0):
+            return False
+        if wanted:
+            self.icols[s, I_TROW] = self.turn_rows.give()
+        else:
+            self.turn_rows.take_back(row)
+            self.icols[s, I_TROW] = -1
+        return wanted
 
     def _hint(self, s: int, state: UserState, baselines: UserBaselines) -> float:
         """:func:`~drift.kernel.convert.expiry_hint`, kept while the baselines object and
@@ -233,7 +255,8 @@ class UserColumns:
             shell = UserState(self._users[s])
         if not self.icols[s, I_FLAGS] & _DIRTY:
             return shell
-        state = materialize(shell, s, self.icols, self.fcols, self.rings, self.geometry)
+        state = materialize(shell, s, self.icols, self.fcols, self.turn_rows.tcols, self.rings,
+                            self.geometry)
         self._shells[s] = state
         session = state.session
         self._turns[s] = session.turns if session is not None \
@@ -288,18 +311,21 @@ class UserColumns:
         session = shell.session
         assert session is not None and session.turns is not None
         turns = evolve(session.turns, n_turns=int(self.icols[s, I_TURNS]),
-                       current_rows=self._rows(s, self.geometry.f_current, I_CURRENT),
-                       early_rows=self._rows(s, self.geometry.f_early, I_EARLY))
+                       current_rows=self._rows(s, self.geometry.t_current, I_CURRENT),
+                       early_rows=self._rows(s, self.geometry.t_early, I_EARLY))
         return evolve(shell, session=evolve(session, turns=turns))
 
     def _rows(self, s: int, at: int, count: int) -> tuple[tuple[float, ...], ...]:
         n = int(self.icols[s, count])
-        return tuple(map(tuple, self.fcols[s, at:at + n * N_FEATURES].reshape(
-            n, N_FEATURES).tolist()))
+        return tuple(map(tuple, self.turn_rows.tcols[self.icols[s, I_TROW], at:at + n * N_FEATURES]
+                         .reshape(n, N_FEATURES).tolist()))
 
     def restore(self, s: int) -> None:
         """Put back slot ``s``'s rows as the kernel saved them (:attr:`saved`)."""
-        self.icols[s], self.fcols[s], self.rings[s] = self.saved
+        ints, floats, turn_row, ring = self.saved
+        self.icols[s], self.fcols[s], self.rings[s] = ints, floats, ring
+        if ints[I_TROW] >= 0:
+            self.turn_rows.tcols[ints[I_TROW]] = turn_row
 
     def keep_looked(self, s: int, state: UserState) -> None:
         """Hold ``state``, scored from :meth:`looked_at`'s, as slot ``s``'s state object:
@@ -335,9 +361,10 @@ class UserColumns:
     # ------------------------------------------------------------------ the kernel's view
 
     def arrays(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64],
-                              npt.NDArray[np.uint64]]:
-        """The slot arrays, in the kernel's argument order (they move when slots grow)."""
-        return self.icols, self.fcols, self.rings
+                              npt.NDArray[np.float64], npt.NDArray[np.uint64]]:
+        """The slot arrays and the turn rows, in the kernel's argument order (they move when
+        they grow)."""
+        return self.icols, self.fcols, self.turn_rows.tcols, self.rings
 
     def geometry_arrays(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
         return self.geometry.geom, self.geometry.params

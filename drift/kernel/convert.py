@@ -28,7 +28,7 @@ from drift.kernel.layout import (
     EXPIRY_SLACK_S,
     F_CLOCK,
     F_LAST,
-    F_WINDOWS,
+    F_WIDTH,
     HAS_SESSION,
     HIGH_RES_BLOCK,
     I_BLOCKING,
@@ -40,6 +40,7 @@ from drift.kernel.layout import (
     I_RING_LEN,
     I_SESSION,
     I_STREAK,
+    I_TROW,
     I_TURNS,
     I_WINDOW_N,
     MEMORY_ONLY,
@@ -127,9 +128,9 @@ def _load_turns(turns: TurnLog, ints: list[int], floats: list[float], g: Geometr
         at = g.total_at(w)
         floats[at:at + N_FEATURES] = sums.total
         floats[at + N_FEATURES:at + 2 * N_FEATURES] = sums.squares
-    return (_put_rows(turns.current_rows, g.f_current, floats)
-            and _put_rows(turns.early_rows, g.f_early, floats)
-            and _put_rows(turns.late_rows, g.f_late, floats))
+    return (_put_rows(turns.current_rows, g.t_current, floats)
+            and _put_rows(turns.early_rows, g.t_early, floats)
+            and _put_rows(turns.late_rows, g.t_late, floats))
 
 
 def _update_rows(old: tuple[Row, ...], new: tuple[Row, ...], at: int,
@@ -150,14 +151,14 @@ def _update_rows(old: tuple[Row, ...], new: tuple[Row, ...], at: int,
 
 
 def _update_turns(old: TurnLog, turns: TurnLog, slot: int, icols: npt.NDArray[np.int64],
-                  fcols: npt.NDArray[np.float64], g: Geometry) -> bool:
-    """Write what ``turns`` changed from ``old``, the log the slot holds: the counts, the
-    windows that are not ``old``'s, and the rows it does not have. Only what the counts
-    cover is ever read, so rows past them may keep older values."""
+                  tcols: npt.NDArray[np.float64], g: Geometry) -> bool:
+    """Write what ``turns`` changed from ``old``, the log the slot's turn row holds: the
+    counts, the windows that are not ``old``'s, and the rows it does not have. Only what the
+    counts cover is ever read, so rows past them may keep older values."""
     if not _fits(turns, g):
         return False
     ints = icols[slot]
-    floats = fcols[slot]
+    floats = tcols[ints[I_TROW]]
     for w, (sums, before) in enumerate(zip(turns.windows, old.windows, strict=True)):
         if sums is before:
             continue
@@ -166,9 +167,9 @@ def _update_turns(old: TurnLog, turns: TurnLog, slot: int, icols: npt.NDArray[np
         ints[I_WINDOW_N + w] = sums.n
         at = g.total_at(w)
         floats[at:at + 2 * N_FEATURES] = sums.total + sums.squares
-    if not (_update_rows(old.current_rows, turns.current_rows, g.f_current, floats)
-            and _update_rows(old.early_rows, turns.early_rows, g.f_early, floats)
-            and _update_rows(old.late_rows, turns.late_rows, g.f_late, floats)):
+    if not (_update_rows(old.current_rows, turns.current_rows, g.t_current, floats)
+            and _update_rows(old.early_rows, turns.early_rows, g.t_early, floats)
+            and _update_rows(old.late_rows, turns.late_rows, g.t_late, floats)):
         return False
     ints[I_TURNS] = turns.n_turns
     ints[I_CURRENT] = len(turns.current_rows)
@@ -196,13 +197,15 @@ def _update_ring(old: bytes, ring: bytes, slot: int, icols: npt.NDArray[np.int64
 
 
 def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.int64],
-         fcols: npt.NDArray[np.float64], rings: npt.NDArray[np.uint64], g: Geometry,
-         session_code: Callable[[str], int], turns_held: TurnLog | None = None,
-         ring_held: bytes | None = None) -> bool:
+         fcols: npt.NDArray[np.float64], tcols: npt.NDArray[np.float64],
+         rings: npt.NDArray[np.uint64], g: Geometry, session_code: Callable[[str], int],
+         turns_held: TurnLog | None = None, ring_held: bytes | None = None) -> bool:
     """Write the kernel's part of ``state`` into ``slot``; returns whether it fits (if not,
     the slot is flagged ``PY_ONLY``). ``session_code`` numbers session ids for the batch;
     ``turns_held`` and ``ring_held`` are the turn log and the dedupe ring the slot holds
-    already, if the caller knows them, so only what changed from them is written.
+    already, if the caller knows them, so only what changed from them is written. An open
+    session that keeps baselines is written into the slot's turn row (``I_TROW``), which
+    the caller gives the slot beforehand (without one the state does not fit).
 
     >>> from drift.kernel.columns import UserColumns
     >>> from drift.model import Mode
@@ -222,6 +225,7 @@ def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.
     mask = streak = 0
     code = -1
     session = state.session
+    trow = int(icols[slot, I_TROW])
     turns_fit = True
     if session is not None:
         flags |= HAS_SESSION
@@ -238,21 +242,25 @@ def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.
         if session.mode.keeps_baselines:
             flags |= BASELINING
             turns = session.turns
-            if turns is turns_held:
+            if trow < 0:
+                turns_fit = False
+            elif turns is turns_held:
                 pass
             elif turns_held is not None and ok:
-                turns_fit = _update_turns(turns_held, turns, slot, icols, fcols, g)
+                turns_fit = _update_turns(turns_held, turns, slot, icols, tcols, g)
             elif _empty(turns, g):  # a session just started: what _load_turns writes, at once
                 icols[slot] = 0
-                fcols[slot, F_WINDOWS:] = 0.0
+                icols[slot, I_TROW] = trow
+                tcols[trow] = 0.0
                 ring_held = None  # the row's ring length and head were reset
             else:
                 ints = [0] * g.i_width
-                floats = [0.0] * g.f_width
+                floats = [0.0] * g.t_width
                 turns_fit = _load_turns(turns, ints, floats, g)
                 if turns_fit:
+                    ints[I_TROW] = trow
                     icols[slot] = ints
-                    fcols[slot, F_WINDOWS:] = floats[F_WINDOWS:]
+                    tcols[trow] = floats
                     ring_held = None  # the row's ring length and head were reset
     ok = ok and turns_fit
     row = icols[slot]
@@ -271,7 +279,7 @@ def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.
     row[I_STREAK] = streak
     row[I_BLOCKING] = max(mask, 0)
     row[I_SESSION] = code
-    fcols[slot, :F_WINDOWS] = (state.clock_s, last_s, expire_at_s, started_s)
+    fcols[slot, :F_WIDTH] = (state.clock_s, last_s, expire_at_s, started_s)
     return ok
 
 
@@ -292,8 +300,9 @@ def _grown(old: tuple[Row, ...], floats: list[float], at: int, n: int) -> tuple[
 
 
 def _turn_log(old: TurnLog, ints: list[int], floats: list[float], g: Geometry) -> TurnLog:
-    """The slot's turn log; ``old`` is the log the slot was loaded from or last built as,
-    whose unchanged parts are kept (a window whose count did not move did not change)."""
+    """The slot's turn log (``floats`` its turn row); ``old`` is the log the slot was loaded
+    from or last built as, whose unchanged parts are kept (a window whose count did not
+    move did not change)."""
     windows = []
     for w in range(g.windows):
         n = ints[I_WINDOW_N + w]
@@ -304,9 +313,9 @@ def _turn_log(old: TurnLog, ints: list[int], floats: list[float], g: Geometry) -
         windows.append(WindowSums(n, tuple(floats[at:at + N_FEATURES]),
                                   tuple(floats[at + N_FEATURES:at + 2 * N_FEATURES])))
     return TurnLog(ints[I_TURNS], old.looks, tuple(windows),
-                   _grown(old.current_rows, floats, g.f_current, ints[I_CURRENT]),
-                   _grown(old.early_rows, floats, g.f_early, ints[I_EARLY]),
-                   _rows(floats, g.f_late, ints[I_LATE]))
+                   _grown(old.current_rows, floats, g.t_current, ints[I_CURRENT]),
+                   _grown(old.early_rows, floats, g.t_early, ints[I_EARLY]),
+                   _rows(floats, g.t_late, ints[I_LATE]))
 
 
 def strip(state: UserState) -> UserState:
@@ -342,8 +351,8 @@ def ring_bytes(ring: npt.NDArray[np.uint64], held: int, head: int) -> bytes:
 
 
 def materialize(shell: UserState, slot: int, icols: npt.NDArray[np.int64],
-                fcols: npt.NDArray[np.float64], rings: npt.NDArray[np.uint64], g: Geometry
-                ) -> UserState:
+                fcols: npt.NDArray[np.float64], tcols: npt.NDArray[np.float64],
+                rings: npt.NDArray[np.uint64], g: Geometry) -> UserState:
     """The state in ``slot``: ``shell`` (the state last loaded there, or :func:`strip` of it)
     with the kernel's parts.
 
@@ -371,7 +380,7 @@ def materialize(shell: UserState, slot: int, icols: npt.NDArray[np.int64],
                   bool(flags & HIGH_RES_BLOCK))
     if flags & BASELINING:
         session = evolve(session, last_s=floats[F_LAST], guard=guard,
-                         turns=_turn_log(session.turns, ints, floats, g))
+                         turns=_turn_log(session.turns, ints, tcols[ints[I_TROW]].tolist(), g))
     else:
         session = evolve(session, last_s=floats[F_LAST], guard=guard)
     return evolve(shell, clock_s=floats[F_CLOCK], recent=recent, session=session)

@@ -2,10 +2,12 @@
 
 A user's slot is one row in each of three arrays: ``icols`` (int64: counts, flags,
 the guard's streak), ``fcols`` (float64: the clock, the open session's last event
-time, the expiry hint, the open session's start, then the turn log's window sums and
-row buffers) and ``rings`` (uint64: the dedupe ring of event-id fingerprints). :class:`Geometry`
-holds the offsets a configuration gives the float row, and the two small arrays
-the kernel reads them from.
+time, the expiry hint, the open session's start) and ``rings`` (uint64: the dedupe ring
+of event-id fingerprints). An open session that keeps baselines also has a row of
+``tcols`` (float64: its turn log's window sums and row buffers), whose index the slot
+holds (``I_TROW``): most users of a worker have no open session, and those 114 doubles
+were most of an idle user's slot. :class:`Geometry` holds the offsets a configuration
+gives the turn row, and the two small arrays the kernel reads them from.
 """
 
 from __future__ import annotations
@@ -30,13 +32,16 @@ I_LATE = 6
 I_STREAK = 7  # Guard.high_res_streak
 I_BLOCKING = 8  # Guard.blocking as a bit mask (BLOCKING_NAMES order)
 I_SESSION = 9  # the open session's id as a code of the running batch
-I_WINDOW_N = 10  # WindowSums.n of each window, then nothing after
-# fcols: one float64 row per slot; the turn log's parts follow at Geometry's offsets.
+I_TROW = 10  # the open session's row of tcols (its turn log), -1 for none
+I_WINDOW_N = 11  # WindowSums.n of each window, then nothing after
+# fcols: one float64 row per slot.
 F_CLOCK = 0
 F_LAST = 1  # SessionState.last_s
 F_EXPIRE = 2  # no baseline can be past its TTL before this event time
 F_STARTED = 3  # SessionState.started_s (a memory-only user's older events are not theirs)
-F_WINDOWS = 4
+F_WIDTH = 4
+# tcols: one float64 row per open session that keeps baselines: each window's totals and
+# squares from 0 (Geometry.total_at), then the rows at Geometry's offsets.
 
 # Bits of icols[:, I_FLAGS].
 PY_ONLY = 1  # the state does not fit the columns: every event goes to the reference
@@ -81,8 +86,8 @@ class Geometry:
     >>> g = Geometry.of(DriftConfig())
     >>> g.windows, g.current, g.early, g.late, g.ring, g.supported
     (3, 5, 5, 3, 128, True)
-    >>> g.f_current, g.f_early, g.f_late, g.f_width, g.i_width
-    (40, 70, 100, 118, 13)
+    >>> g.t_current, g.t_early, g.t_late, g.t_width, g.i_width
+    (36, 66, 96, 114, 14)
     """
 
     windows: int
@@ -91,10 +96,10 @@ class Geometry:
     late: int
     ring: int
     supported: bool
-    f_current: int
-    f_early: int
-    f_late: int
-    f_width: int
+    t_current: int
+    t_early: int
+    t_late: int
+    t_width: int
     i_width: int
     geom: npt.NDArray[np.int64]
     params: npt.NDArray[np.float64]
@@ -110,22 +115,50 @@ class Geometry:
         supported = (config.windows >= 1 and config.checkpoint_every >= 1
                      and config.checkpoint_turn >= 1 and config.late_profile_turns >= 1
                      and config.recent_event_ids >= 1 and config.reattune_checkpoint_turn >= 0)
-        f_current = F_WINDOWS + windows * 2 * N_FEATURES
-        f_early = f_current + current * N_FEATURES
-        f_late = f_early + early * N_FEATURES
-        f_width = f_late + late * N_FEATURES
-        geom = np.array([windows, current, early, late, ring, f_current, f_early, f_late,
+        t_current = windows * 2 * N_FEATURES
+        t_early = t_current + current * N_FEATURES
+        t_late = t_early + early * N_FEATURES
+        t_width = t_late + late * N_FEATURES
+        geom = np.array([windows, current, early, late, ring, t_current, t_early, t_late,
                          config.checkpoint_turn, config.checkpoint_every,
                          config.reattune_checkpoint_turn, config.high_resonance_turns],
                         dtype=np.int64)
         params = np.array([config.idle_timeout_s, config.high_resonance], dtype=np.float64)
-        return Geometry(windows, current, early, late, ring, supported, f_current, f_early,
-                        f_late, f_width, I_WINDOW_N + windows, geom, params)
+        return Geometry(windows, current, early, late, ring, supported, t_current, t_early,
+                        t_late, t_width, I_WINDOW_N + windows, geom, params)
 
-    def total_at(self, window: int) -> int:
-        """Offset in the float row of window ``window``'s sums (its squares follow).
+    @staticmethod
+    def total_at(window: int) -> int:
+        """Offset in the turn row of window ``window``'s sums (its squares follow).
 
-        >>> Geometry.of(DriftConfig()).total_at(1)
-        16
+        >>> Geometry.total_at(1)
+        12
         """
-        return F_WINDOWS + window * 2 * N_FEATURES
+        return window * 2 * N_FEATURES
+
+
+class TurnRows:
+    """The open sessions' turn rows (``tcols``): given to a slot at a session's start, taken
+    back at its end, grown by a quarter (at least 16 rows) when none is free.
+
+    >>> rows = TurnRows(4)
+    >>> rows.give(), rows.give(), rows.tcols.shape
+    (0, 1, (16, 4))
+    >>> rows.take_back(0); rows.give()
+    0
+    """
+
+    def __init__(self, width: int) -> None:
+        self.tcols: npt.NDArray[np.float64] = np.zeros((0, width), np.float64)
+        self._free: list[int] = []
+
+    def give(self) -> int:
+        if not self._free:
+            old = self.tcols.shape[0]
+            more = max(old // 4, 16)
+            self.tcols = np.pad(self.tcols, ((0, more), (0, 0)))
+            self._free = list(range(old + more - 1, old - 1, -1))
+        return self._free.pop()
+
+    def take_back(self, row: int) -> None:
+        self._free.append(row)

@@ -49,7 +49,6 @@ from drift.kernel.layout import (
     F_EXPIRE,
     F_LAST,
     F_STARTED,
-    F_WINDOWS,
     HAS_SESSION,
     HIGH_RES_BLOCK,
     I_BLOCKING,
@@ -61,6 +60,7 @@ from drift.kernel.layout import (
     I_RING_LEN,
     I_SESSION,
     I_STREAK,
+    I_TROW,
     I_TURNS,
     I_WINDOW_N,
     KIND_MAY_ERASE,
@@ -77,45 +77,46 @@ from drift.kernel.layout import (
 )
 
 _SIGNATURE = ("i8(i8, b1, i8[::1], i8[::1], f8[::1], u8[::1], i8[::1], i8[::1], f8[:, ::1], "
-              "i1[::1], i8[:, ::1], f8[:, ::1], u8[:, ::1], i8[::1], f8[::1], i8[::1], "
-              "f8[::1], u8[::1])")
+              "i1[::1], i8[:, ::1], f8[:, ::1], f8[:, ::1], u8[:, ::1], i8[::1], f8[::1], "
+              "i8[::1], f8[::1], f8[::1], u8[::1])")
 
 
 @compiled("void(i8, i8, i8, f8[:, ::1], i8[:, ::1], f8[:, ::1], i8, i8, i8, i8, i8, i8, i8)")
 def _add_turn(s: int, i: int, n_turns: int, ev_rows: npt.NDArray[np.float64],
-              icols: npt.NDArray[np.int64], fcols: npt.NDArray[np.float64], n_windows: int,
-              checkpoint_every: int, reattune_turn: int, cap_late: int, f_current: int,
-              f_early: int, f_late: int) -> None:
-    """:meth:`drift.state.TurnLog.add` of event ``i``'s row, in slot ``s``."""
+              icols: npt.NDArray[np.int64], tcols: npt.NDArray[np.float64], n_windows: int,
+              checkpoint_every: int, reattune_turn: int, cap_late: int, t_current: int,
+              t_early: int, t_late: int) -> None:
+    """:meth:`drift.state.TurnLog.add` of event ``i``'s row, in slot ``s`` and its turn row."""
+    r = icols[s, I_TROW]
     w = (n_turns - 1) // checkpoint_every
     w = min(w, n_windows - 1)
-    at = F_WINDOWS + w * 2 * N_FEATURES
+    at = w * 2 * N_FEATURES
     for j in range(N_FEATURES):
         x = ev_rows[i, j]
-        fcols[s, at + j] = fcols[s, at + j] + x
-        fcols[s, at + N_FEATURES + j] = fcols[s, at + N_FEATURES + j] + x * x
+        tcols[r, at + j] = tcols[r, at + j] + x
+        tcols[r, at + N_FEATURES + j] = tcols[r, at + N_FEATURES + j] + x * x
     icols[s, I_WINDOW_N + w] += 1
     icols[s, I_TURNS] = n_turns
     cur = icols[s, I_CURRENT]
     for j in range(N_FEATURES):
-        fcols[s, f_current + cur * N_FEATURES + j] = ev_rows[i, j]
+        tcols[r, t_current + cur * N_FEATURES + j] = ev_rows[i, j]
     icols[s, I_CURRENT] = cur + 1
     if n_turns <= reattune_turn:
         early = icols[s, I_EARLY]
         for j in range(N_FEATURES):
-            fcols[s, f_early + early * N_FEATURES + j] = ev_rows[i, j]
+            tcols[r, t_early + early * N_FEATURES + j] = ev_rows[i, j]
         icols[s, I_EARLY] = early + 1
     elif icols[s, I_EARLY] != 0:  # past the re-attunement turn the early rows are let go
         for k in range(icols[s, I_EARLY] * N_FEATURES):
-            fcols[s, f_early + k] = 0.0
+            tcols[r, t_early + k] = 0.0
         icols[s, I_EARLY] = 0
     late = icols[s, I_LATE]
     if late >= cap_late:  # (late_rows + (row,))[-late_profile_turns:]
         for k in range((cap_late - 1) * N_FEATURES):
-            fcols[s, f_late + k] = fcols[s, f_late + N_FEATURES + k]
+            tcols[r, t_late + k] = tcols[r, t_late + N_FEATURES + k]
         late = cap_late - 1
     for j in range(N_FEATURES):
-        fcols[s, f_late + late * N_FEATURES + j] = ev_rows[i, j]
+        tcols[r, t_late + late * N_FEATURES + j] = ev_rows[i, j]
     icols[s, I_LATE] = late + 1
 
 
@@ -126,9 +127,10 @@ def apply_turns(start: int, stop_before_erasure: bool,
                 ev_session: npt.NDArray[np.int64], ev_flags: npt.NDArray[np.int64],
                 ev_rows: npt.NDArray[np.float64], status: npt.NDArray[np.int8],
                 icols: npt.NDArray[np.int64], fcols: npt.NDArray[np.float64],
-                rings: npt.NDArray[np.uint64], geom: npt.NDArray[np.int64],
-                params: npt.NDArray[np.float64], saved_i: npt.NDArray[np.int64],
-                saved_f: npt.NDArray[np.float64], saved_r: npt.NDArray[np.uint64]) -> int:
+                tcols: npt.NDArray[np.float64], rings: npt.NDArray[np.uint64],
+                geom: npt.NDArray[np.int64], params: npt.NDArray[np.float64],
+                saved_i: npt.NDArray[np.int64], saved_f: npt.NDArray[np.float64],
+                saved_t: npt.NDArray[np.float64], saved_r: npt.NDArray[np.uint64]) -> int:
     """Apply events ``start..`` until one must go to the reference; returns its index
     (the number of events when none must). Marks each event taken in ``status``.
 
@@ -150,7 +152,7 @@ def apply_turns(start: int, stop_before_erasure: bool,
     n = ev_slot.shape[0]
     n_windows, cap_current, cap_early, cap_late, cap_ring = geom[0], geom[1], geom[2], \
         geom[3], geom[4]
-    f_current, f_early, f_late = geom[5], geom[6], geom[7]
+    t_current, t_early, t_late = geom[5], geom[6], geom[7]
     checkpoint_turn, checkpoint_every, reattune_turn, high_res_turns = geom[8], geom[9], \
         geom[10], geom[11]
     idle_s, high_res = params[0], params[1]
@@ -193,7 +195,7 @@ def apply_turns(start: int, stop_before_erasure: bool,
             if (ev_flags[i] & EV_EPHEMERAL) != 0 and (flags & SESSION_EPHEMERAL) == 0:
                 return i
             if baselining and kind == KIND_TURN:
-                if icols[s, I_CURRENT] >= cap_current:
+                if icols[s, I_CURRENT] >= cap_current or icols[s, I_TROW] < 0:
                     return i
                 if n_turns <= reattune_turn and icols[s, I_EARLY] >= cap_early:
                     return i
@@ -203,6 +205,8 @@ def apply_turns(start: int, stop_before_erasure: bool,
         if scored or kind == KIND_SIDE:  # the slot as before, should its caller's part raise
             saved_i[:] = icols[s]
             saved_f[:] = fcols[s]
+            if icols[s, I_TROW] >= 0:
+                saved_t[:] = tcols[icols[s, I_TROW]]
             saved_r[:] = rings[s]
         # Taken: the dedupe ring keeps the fingerprint, dropping the oldest when full.
         if ring_len >= cap_ring:
@@ -235,8 +239,8 @@ def apply_turns(start: int, stop_before_erasure: bool,
             else:
                 icols[s, I_STREAK] = 0
             if baselining:
-                _add_turn(s, i, n_turns, ev_rows, icols, fcols, n_windows, checkpoint_every,
-                          reattune_turn, cap_late, f_current, f_early, f_late)
+                _add_turn(s, i, n_turns, ev_rows, icols, tcols, n_windows, checkpoint_every,
+                          reattune_turn, cap_late, t_current, t_early, t_late)
         icols[s, I_FLAGS] = flags
         if scored:
             status[i] = ST_SCORED

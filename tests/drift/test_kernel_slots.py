@@ -21,6 +21,7 @@ from baselines.snapshot import encode_state
 from drift.baseline import UserBaselines
 from drift.fold import due, sweep
 from drift.kernel import UserColumns
+from drift.kernel.layout import I_TROW
 from drift.model import DriftConfig, FhrEvent, Mode
 from drift.state import UserState
 from tests.drift.test_fold_properties import Plan, plans
@@ -75,6 +76,35 @@ def _sweep_moves(cols: UserColumns, user_id: str, ts: float, config: DriftConfig
     result = sweep(state, baselines, ts, config)
     return (due(state, baselines, ts, config) or result.state is not state
             or not result.effects.empty)
+
+
+def _turn_rows_held(cols: UserColumns) -> set[int]:
+    """The turn rows the slots hold, after checking each slot holds one exactly while its
+    user has an open session that keeps baselines."""
+    held = set()
+    for user_id in cols.users():
+        session = cols.states[user_id].session
+        row = int(cols.icols[cols.slot(user_id), I_TROW])
+        assert (row >= 0) == (session is not None and session.mode.keeps_baselines), user_id
+        if row >= 0:
+            assert row not in held, "two slots share a turn row"
+            held.add(row)
+    return held
+
+
+def test_a_slot_holds_a_turn_row_only_while_a_session_that_keeps_baselines_is_open() -> None:
+    events = golden_events()
+    config = DriftConfig()
+    cols = UserColumns(config, capacity=2)
+    held: list[int] = []
+    run, _ = kernel(events, config, 64, cols,
+                    after_batch=lambda c: held.append(len(_turn_rows_held(c))))
+    assert_same(reference(events, config), run, "batch=64")
+    users = len({e.user_id for e in events})
+    assert 0 < max(held) < users and held[-1] < max(held), \
+        "users without an open session hold no turn row"
+    assert cols.turn_rows.tcols.shape[0] <= max(16, max(held) * 5 // 4 + 1), \
+        "the rows of ended sessions are given again"
 
 
 def test_a_stripped_slot_keeps_neither_the_ring_nor_the_turn_log_and_folds_on_exactly() -> None:
