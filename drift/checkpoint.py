@@ -26,6 +26,7 @@ from drift.outputs import (
     Output,
     Response,
 )
+from drift.reattune import ReattuneScoring, score_reattunement
 from drift.state import SessionState, UserState
 
 
@@ -43,6 +44,9 @@ class StepContext:
     of :func:`drift.fold.step` holds equal to it (the compiled batch kernel's)."""
     event_ts_s: float | None = None
     """The event's own time (``ts_s`` is it held at the user's clock); None for a timer."""
+    reattune: ReattuneScoring = score_reattunement
+    """How a re-attunement is scored: the reference's function, or the compiled kernel's
+    twin."""
 
 
 def features_for(mode: Mode, available: tuple[str, ...]) -> tuple[str, ...]:

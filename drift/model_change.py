@@ -29,7 +29,6 @@ from drift.outputs import (
     Response,
     Rule,
 )
-from drift.reattune import score_reattunement
 from drift.state import ModelChangeProgress, UserState
 
 OFFERS = (Offer.RESET_SESSION_ONLY, Offer.CONTINUE_CONSERVATIVE)
@@ -123,7 +122,7 @@ def reattune(state: UserState, baselines: UserBaselines, ctx: StepContext
     sd = [turn_sd[i] for i in base_idx]
     sem = semantic_drift(session.referenced) if baselines.semantic is not None else None
     trust_index = feats.index("trust") if "trust" in feats else None
-    result = Reattunement(score_reattunement(early, late, sd, trust_index, sem, config),
+    result = Reattunement(ctx.reattune(early, late, sd, trust_index, sem, config),
                           config.reattune_threshold,
                           derive_id("reattune", state.user_id, session.session_id, ctx.event_id),
                           BaselineRef.of(base.meta))

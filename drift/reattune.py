@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scipy import special
@@ -25,6 +25,10 @@ class ReattuneScore:
 
 
 Rows = Sequence[Sequence[float]]
+ReattuneScoring = Callable[[Rows, Sequence[float], Sequence[float], "int | None",
+                            "float | None", DriftConfig], "ReattuneScore"]
+"""How a re-attunement is scored: :func:`score_reattunement`, or a function held equal to it
+(the compiled kernel's twin)."""
 
 
 def standardized_gap(rows: Rows, late: Sequence[float], turn_sd: Sequence[float],
@@ -128,14 +132,26 @@ def score_reattunement(
     window = min(config.reattune_window, turns)
     ttb = (turns_to_baseline(early, late_profile, turn_sd, late_turns, window,
                              config.reattune_tolerance_level) if turns else None)
-    horizon = max(turns - window + 1, 1)
-    speed = 0.0 if ttb is None else 1.0 - (ttb - window) / horizon
     gap = standardized_gap(early, late_profile, turn_sd, late_turns)
     level = config.reattune_tolerance_level
     closeness = _kernel(_mean_square(gap), tolerance(len(late_profile), level))
-    convergence = 0.5 * speed + 0.5 * closeness
     trust = (None if trust_index is None
              else _kernel(float(gap[trust_index]) ** 2, tolerance(1, level)))
+    return reattune_quality(turns, window, ttb, closeness, trust, semantic, config)
+
+
+def reattune_quality(turns: int, window: int, ttb: int | None, closeness: float,
+                     trust: float | None, semantic: float | None, config: DriftConfig
+                     ) -> ReattuneScore:
+    """The score of a session's parts (:func:`score_reattunement` computes them; the
+    compiled kernel's twin computes the same floats and ends here too).
+
+    >>> reattune_quality(5, 3, 3, 1.0, None, None, DriftConfig()).quality
+    1.0
+    """
+    horizon = max(turns - window + 1, 1)
+    speed = 0.0 if ttb is None else 1.0 - (ttb - window) / horizon
+    convergence = 0.5 * speed + 0.5 * closeness
     consistency = None if semantic is None else 1.0 - semantic
     parts = [(convergence, config.reattune_weight_convergence),
              (consistency, config.reattune_weight_semantic),

@@ -28,6 +28,7 @@ from drift.kernel.attunement import score_attunement
 from drift.kernel.columns import UserColumns
 from drift.kernel.events import EventColumns
 from drift.kernel.layout import F_CLOCK, ST_APPLIED, ST_DUPLICATE, ST_SCORED, ST_SIDE
+from drift.kernel.reattune import score_reattunement
 from drift.kernel.turns import apply_turns
 from drift.model import DriftConfig, FhrEvent
 from drift.model_change import turn_reached
@@ -179,7 +180,7 @@ def _score(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -
     turn log's rows the columns hold (:func:`drift.model_change.turn_reached`, as the
     reference's turn); its outputs."""
     ctx = StepContext(event.event_id, event.session_id, float(columns.fcols[s, F_CLOCK]),
-                      config, score_attunement, event.ts_s)
+                      config, score_attunement, event.ts_s, score_reattunement)
     state, outputs = turn_reached(columns.looked_at(s), columns.baselines_at(s), ctx)
     columns.keep_looked(s, state)
     return Effects(outputs) if outputs else NO_EFFECTS
