@@ -14,17 +14,12 @@ holds the count), :func:`score_attunement` calls the reference.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import math
-from collections.abc import Callable, Sequence
-from typing import cast
+from collections.abc import Sequence
 
-import llvmlite.binding as llvm
 import numpy as np
 import numpy.typing as npt
-from numba import types
-from numba.extending import get_cython_function_address
 
 from drift.attunement import (
     BINARY_FEATURES,
@@ -38,69 +33,16 @@ from drift.attunement import (
     severity,
 )
 from drift.features import WindowStats
+from drift.kernel.floats import array_sum, c_pow, special
 from drift.kernel.jit import compiled
 from drift.model import DriftConfig
 
 _EXACT = 2 ** 53  # from here a float no longer holds every integer
 
 
-def _external(name: str, address: int, args: int) -> Callable[..., float]:
-    """The C function at ``address``, callable from compiled code by a symbol of its own
-    (so the compiled code refers to it by name, numba's disk cache stays usable, and LLVM
-    does not take it for a function it knows and rewrite it)."""
-    symbol = f"continuity_drift_{name}"
-    llvm.add_symbol(symbol, address)
-    return cast(Callable[..., float],
-                types.ExternalFunction(symbol, types.float64(*([types.float64] * args))))
-
-
-def _special(name: str, args: int) -> Callable[..., float]:
-    """A SciPy special function by its C entry point."""
-    return _external(name, get_cython_function_address("scipy.special.cython_special", name),
-                     args)
-
-
-def _libm(name: str, args: int) -> Callable[..., float]:
-    """A function of the C library this process runs with (the one Python calls)."""
-    address = ctypes.cast(getattr(ctypes.CDLL(None), name), ctypes.c_void_p).value
-    if address is None:
-        raise ImportError(f"the C library has no {name}")
-    return _external(name, address, args)
-
-
-_stdtr = _special("__pyx_fuse_0stdtr", 2)  # the (double, double) variant
-_ndtri = _special("ndtri", 1)
-_chdtrc = _special("chdtrc", 2)
-#: Python's ``z ** 2`` is C's ``pow(z, 2.0)``, which is not ``z * z`` for about one float
-#: in a thousand (it is not correctly rounded there); numba and LLVM would compile either
-#: spelling to ``z * z``, so the reference's squares come from pow itself.
-_pow = _libm("pow", 2)
-
-
-@compiled("f8(f8[::1])")
-def _array_sum(values: npt.NDArray[np.float64]) -> float:
-    """:func:`drift.sums.array_sum`, in its order."""
-    n = values.shape[0]
-    if n < 8:
-        total = -0.0
-        for i in range(n):
-            total += values[i]
-        return total
-    if n <= 128:
-        r = values[:8].copy()
-        i = 8
-        while i < n - n % 8:
-            for j in range(8):
-                r[j] += values[i + j]
-            i += 8
-        total = float(((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7])))
-        while i < n:
-            total += values[i]
-            i += 1
-        return total
-    half = n // 2
-    half -= half % 8
-    return _array_sum(values[:half].copy()) + _array_sum(values[half:].copy())
+_stdtr = special("__pyx_fuse_0stdtr", 2)  # the (double, double) variant
+_ndtri = special("ndtri", 1)
+_chdtrc = special("chdtrc", 2)
 
 
 @compiled("i8(i8, i8)")
@@ -158,11 +100,11 @@ def _scores(current: npt.NDArray[np.float64], base: npt.NDArray[np.float64],
     core = kinds[1]
     k = current.shape[0]
     s = weights.shape[0]
-    total = _array_sum(weights)
+    total = array_sum(weights)
     parts = np.empty(s)
     for i in range(s):
         parts[i] = (weights[i] / total) * (weights[i] / total) / float(ns[i])
-    v_b = _array_sum(parts)
+    v_b = array_sum(parts)
     n_base = 0
     for i in range(s):
         n_base += int(ns[i])
@@ -172,7 +114,7 @@ def _scores(current: npt.NDArray[np.float64], base: npt.NDArray[np.float64],
         for r in range(k):
             column[r] = current[r, j]
         if binary[j]:
-            c = int(np.rint(_array_sum(column)))
+            c = int(np.rint(array_sum(column)))
             b_sum = 0.0
             for i in range(s):
                 b_sum += means[i, j] * ns[i]
@@ -185,11 +127,11 @@ def _scores(current: npt.NDArray[np.float64], base: npt.NDArray[np.float64],
         else:
             for i in range(s):
                 parts[i] = weights[i] * means[i, j]
-            mu_b = _array_sum(parts) / total
-            cur_mean = _array_sum(column) / k
+            mu_b = array_sum(parts) / total
+            cur_mean = array_sum(column) / k
             for r in range(k):
                 sq[r] = (column[r] - cur_mean) * (column[r] - cur_mean)
-            m2 = pooled_m2[j] + _array_sum(sq)
+            m2 = pooled_m2[j] + array_sum(sq)
             df = pooled_df + k - 1
             var = m2 / df
             var = max(var, VAR_FLOOR)
@@ -204,10 +146,10 @@ def _scores(current: npt.NDArray[np.float64], base: npt.NDArray[np.float64],
         p = max(p, FLOOR_P)
         zs[j] = -_ndtri(p / 2.0)
         if core[j]:
-            chi_core += _pow(zs[j], 2.0)
+            chi_core += c_pow(zs[j], 2.0)
             n_core += 1
         else:
-            chi_rest += _pow(zs[j], 2.0)
+            chi_rest += c_pow(zs[j], 2.0)
     n_rest = n_features - n_core
     p_value = 1.0
     if n_core and n_rest:

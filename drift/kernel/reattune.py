@@ -19,13 +19,11 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from drift.kernel.attunement import _array_sum, _libm, _pow
+from drift.kernel.floats import array_sum, c_exp, c_pow
 from drift.kernel.jit import compiled
 from drift.model import DriftConfig
 from drift.reattune import ReattuneScore, Rows, reattune_quality, tolerance
 from drift.reattune import score_reattunement as reference
-
-_exp = _libm("exp", 1)
 
 
 @compiled("f8(f8[:, ::1], i8, i8, f8[::1], f8[::1], i8, f8[::1])")
@@ -44,7 +42,7 @@ def _mean_square_gap(rows: npt.NDArray[np.float64], start: int, stop: int,
             total = total + rows[r, j]
         gap[j] = (total / n - late[j]) / (sd[j] * scale)
         squares[j] = gap[j] * gap[j]
-    mean_square: float = _array_sum(squares) / k
+    mean_square: float = array_sum(squares) / k
     return mean_square
 
 
@@ -52,7 +50,9 @@ def _mean_square_gap(rows: npt.NDArray[np.float64], start: int, stop: int,
 def _kernel(mean_square_gap: float, limit: float) -> float:
     """``exp(-0.5 * max(0.0, mean_square_gap - limit))`` as Python computes it."""
     excess = mean_square_gap - limit
-    return _exp(-0.5 * (max(0.0, excess)))
+    # Python's max(0.0, excess), spelled out: 0.0 unless excess is above it (NaN included),
+    # which numba's max need not give.
+    return c_exp(-0.5 * (excess if excess > 0.0 else 0.0))  # noqa: FURB136
 
 
 @compiled("i8(f8[:, ::1], f8[::1], f8[::1], i8, i8, f8, f8, i8, f8[::1])")
@@ -70,7 +70,7 @@ def _parts(rows: npt.NDArray[np.float64], late: npt.NDArray[np.float64],
             break
     out[0] = _kernel(_mean_square_gap(rows, 0, turns, late, sd, late_turns, gap), limit)
     if trust_index >= 0:
-        out[1] = _kernel(_pow(gap[trust_index], 2.0), limit_one)
+        out[1] = _kernel(c_pow(gap[trust_index], 2.0), limit_one)
     return reached
 
 

@@ -10,6 +10,7 @@ compiled part does not take go to the reference, whose result (or error) comes b
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -19,9 +20,10 @@ from hypothesis import strategies as st
 import drift.kernel.batch
 from drift.kernel import UserColumns
 from drift.kernel.batch import fold_batch
-from drift.kernel.reattune import score_reattunement
+from drift.kernel.reattune import _kernel, score_reattunement
 from drift.model import DriftConfig
 from drift.reattune import ReattuneScore
+from drift.reattune import _kernel as reference_kernel
 from drift.reattune import score_reattunement as reference
 from tests.conftest import examples
 from tests.streams.golden import golden_events
@@ -72,6 +74,14 @@ def arguments(draw: st.DrawFn) -> tuple[Any, ...]:
 @given(arguments())
 def test_drawn_arguments_score_the_same(args: tuple[Any, ...]) -> None:
     assert score_reattunement(*args) == reference(*args)
+
+
+@pytest.mark.parametrize("args", [(math.nan, 1.0), (1.0, math.nan), (-0.0, 0.0), (0.0, 0.0),
+                                  (5.0, 1.0), (math.inf, 1.0), (1.0, math.inf)])
+def test_the_kernel_of_a_gap_is_pythons_at_the_edges(args: tuple[float, float]) -> None:
+    """``max(0.0, x)`` in Python gives 0.0 for a NaN; the compiled kernel spells that out."""
+    got, expected = _kernel(*args), reference_kernel(*args)
+    assert got == expected or (math.isnan(got) and math.isnan(expected))
 
 
 def test_what_the_compiled_part_does_not_take_goes_to_the_reference() -> None:
