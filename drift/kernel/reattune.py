@@ -50,9 +50,7 @@ def _mean_square_gap(rows: npt.NDArray[np.float64], start: int, stop: int,
 def _kernel(mean_square_gap: float, limit: float) -> float:
     """``exp(-0.5 * max(0.0, mean_square_gap - limit))`` as Python computes it."""
     excess = mean_square_gap - limit
-    # Python's max(0.0, excess), spelled out: 0.0 unless excess is above it (NaN included),
-    # which numba's max need not give.
-    return c_exp(-0.5 * (excess if excess > 0.0 else 0.0))  # noqa: FURB136
+    return c_exp(-0.5 * max(0.0, excess))  # numba's max is Python's, NaN and zeros alike
 
 
 @compiled("i8(f8[:, ::1], f8[::1], f8[::1], i8, i8, f8, f8, i8, f8[::1])")

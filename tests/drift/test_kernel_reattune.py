@@ -79,7 +79,8 @@ def test_drawn_arguments_score_the_same(args: tuple[Any, ...]) -> None:
 @pytest.mark.parametrize("args", [(math.nan, 1.0), (1.0, math.nan), (-0.0, 0.0), (0.0, 0.0),
                                   (5.0, 1.0), (math.inf, 1.0), (1.0, math.inf)])
 def test_the_kernel_of_a_gap_is_pythons_at_the_edges(args: tuple[float, float]) -> None:
-    """``max(0.0, x)`` in Python gives 0.0 for a NaN; the compiled kernel spells that out."""
+    """``max(0.0, x)`` gives 0.0 for a NaN x, and the first of two equal zeros, compiled as
+    in Python."""
     got, expected = _kernel(*args), reference_kernel(*args)
     assert got == expected or (math.isnan(got) and math.isnan(expected))
 
