@@ -36,6 +36,7 @@ class FeatureTest:
     delta: float
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AttunementTest:
     """The attunement statistic at one checkpoint look."""

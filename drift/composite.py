@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from drift.evolve import fast_init
 from drift.model import DriftConfig, Tier
 
 
@@ -37,6 +38,7 @@ def safety_drift(baseline: tuple[str, str, str], current: tuple[str, str, str]) 
     return sum(1 for a, b in zip(baseline, current) if a != b) / len(baseline)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Composite:
     score: float

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drift.evolve import evolve
+from drift.evolve import evolve, fast_init
 from drift.model import BaselineKind, Tier
 from drift.outputs import Action
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class LadderState:
     session_tier: Tier = Tier.LOW

@@ -83,6 +83,7 @@ class Posture(str, enum.Enum):
     CONSERVATIVE = "conservative"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class BaselineRef:
     baseline_id: str
@@ -93,6 +94,7 @@ class BaselineRef:
         return None if meta is None else BaselineRef(meta.baseline_id, meta.version)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Components:
     """The three drift components of one score; None where no baseline of that kind exists."""
@@ -106,6 +108,7 @@ class Components:
                 (Component.SAFETY, self.safety))
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Attribution:
     """What drove a score: the component, its statistic and threshold, the baseline version."""
@@ -118,6 +121,7 @@ class Attribution:
     alpha_high: float = 0.0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DriftScore:
     """One ``continuity_drift_score`` with its tier and the effective tier after it."""
@@ -142,6 +146,7 @@ class DriftScore:
     source_event_id: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Reattunement:
     """A re-attunement score and what it was held against."""
@@ -156,6 +161,7 @@ class Reattunement:
         return self.score.quality >= self.threshold
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ReattuneQualityScore:
     """The continuity-quality signal of a session with a prior and no model change."""
@@ -170,6 +176,7 @@ class ReattuneQualityScore:
     reattunement: Reattunement
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class LadderDetail:
     score_id: str
@@ -199,6 +206,7 @@ class ReattuneDetail:
     reattunement: Reattunement
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Response:
     """A tighten-only action for upstream services, with its cause."""

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 
 from scipy import special
 
+from drift.evolve import fast_init
 from drift.model import DriftConfig
 from drift.sums import array_sum, column_means
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ReattuneScore:
     """``quality`` in [0, 1]; ``turns_to_baseline`` is None when never within tolerance."""
