@@ -12,6 +12,7 @@ import math
 import sys
 from dataclasses import dataclass
 
+from drift.evolve import fast_init
 from drift.features import WindowStats
 from drift.model import FEATURES, BaselineKind, DriftConfig, Mode, ModelTriple
 
@@ -101,6 +102,7 @@ class AttunementBaseline:
         return tuple(math.sqrt(max(v / max(df, 1), 1e-6)) for v in m2)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SemanticBaseline:
     """Affirmed commitments, positions and constraints: ``commitment_id -> kind``."""
@@ -112,6 +114,7 @@ class SemanticBaseline:
         return frozenset(cid for cid, _ in self.items)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SafetyBaseline:
     meta: BaselineMeta
@@ -126,6 +129,7 @@ class SafetyBaseline:
 Baseline = AttunementBaseline | SemanticBaseline | SafetyBaseline
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class UserBaselines:
     """The current (latest, unexpired) version of each kind for one user."""

@@ -24,6 +24,7 @@ class LadderState:
     hold_cause: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class LadderStep:
     state: LadderState

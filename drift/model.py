@@ -159,6 +159,7 @@ class Semantic:
         object.__setattr__(self, "stance", sys.intern(self.stance))
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class MemoryWrite:
     turn: int
@@ -169,6 +170,7 @@ class MemoryWrite:
     confirmed: bool
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class MemoryWriteBlocked:
     turn: int
@@ -176,6 +178,7 @@ class MemoryWriteBlocked:
     reason: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class MemoryErase:
     memory_class: str
@@ -184,6 +187,7 @@ class MemoryErase:
     request_id: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModeChanged:
     from_mode: Mode
@@ -192,16 +196,19 @@ class ModeChanged:
     retroactive: bool
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NoticeShown:
     model: ModelTriple
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class BaselineReconfirmed:
     kinds: tuple[BaselineKind, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SessionEnd:
     turns: int
@@ -243,6 +250,7 @@ class FhrEvent:
     body: Body
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Tick:
     """Event time on a quiet partition moved to ``ts_s`` by the worker ``app_id`` that owns

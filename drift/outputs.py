@@ -186,12 +186,14 @@ class LadderDetail:
     hold_kinds: tuple[BaselineKind, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ReleaseDetail:
     kinds: tuple[BaselineKind, ...]
     reconfirmed_event_id: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelChangeDetail:
     reattune_required: bool
@@ -199,6 +201,7 @@ class ModelChangeDetail:
     model: ModelTriple
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ReattuneDetail:
     posture: Posture
@@ -221,6 +224,7 @@ class Response:
     detail: LadderDetail | ReleaseDetail | ModelChangeDetail | ReattuneDetail
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Escalation:
     kind: ClassVar[OutputKind] = OutputKind.ESCALATION
@@ -236,6 +240,7 @@ class Escalation:
     cause_event_id: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Violation:
     kind: ClassVar[OutputKind] = OutputKind.VIOLATION
@@ -248,6 +253,7 @@ class Violation:
     event_id: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ErasureTarget:
     """The outcome for one baseline kind of one erasure request."""
@@ -258,6 +264,7 @@ class ErasureTarget:
     outcome: ErasureOutcome
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ErasureResult:
     """What the store did for one erasure request (or did the first time, on a repeat)."""
@@ -285,6 +292,7 @@ class ErasureResult:
         return ErasureOutcome.FAILED
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ErasureReceipt:
     kind: ClassVar[OutputKind] = OutputKind.RECEIPT
@@ -304,6 +312,7 @@ class ErasureReceipt:
 Output = DriftScore | ReattuneQualityScore | Response | Escalation | Violation | ErasureReceipt
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ErasureCommand:
     """Remove every stored version of ``kinds`` for a user, leaving tombstones.
@@ -328,6 +337,7 @@ class ErasureCommand:
         return set(self.kinds) == set(BaselineKind)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SessionSummary:
     """What the review API shows of a session: no feature values."""

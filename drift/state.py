@@ -145,6 +145,7 @@ class Guard:
     high_res_block: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelChangeProgress:
     """Where a session stands in the model-change protocol (SPEC section 5)."""
