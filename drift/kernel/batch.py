@@ -111,7 +111,7 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
     n = len(events)
     outcomes: list[Outcome | None] = [None] * n
     event_arrays = ev.arrays()
-    geom, params = columns.geometry_arrays()
+    geom, params = columns.geometry.geom, columns.geometry.params
     handoffs = 0
     stopped_at: int | None = None
     befores: dict[int, UserState] = {}

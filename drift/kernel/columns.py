@@ -174,11 +174,9 @@ class UserColumns:
         return s
 
     def _grow(self) -> None:
-        """A quarter more slots (at least one). A slot is 1.2 KB (2 KB before the turn rows
-        were an array apart), so the slots a growth leaves empty are memory every user pays
-        for: doubling left up to half of them empty (5.6 KB a user at 10,000 users against
-        4.2 KB with none empty, then); a quarter costs more copies, each of what is held
-        (docs/performance.md, "Per-user state")."""
+        """A quarter more slots (at least one): the slots a growth leaves empty are memory
+        every user pays for (doubling left up to half of them empty); a quarter costs more
+        copies, each of what is held (docs/performance.md, "Per-user state")."""
         old = self.icols.shape[0]
         more = max(old // 4, 1)
         grown = ((0, more), (0, 0))  # rows of zeros after the last
@@ -365,9 +363,6 @@ class UserColumns:
         """The slot arrays and the turn rows, in the kernel's argument order (they move when
         they grow)."""
         return self.icols, self.fcols, self.turn_rows.tcols, self.rings
-
-    def geometry_arrays(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-        return self.geometry.geom, self.geometry.params
 
     def begin_batch(self) -> None:
         """Start a batch: :attr:`fresh` empty, and the session numbers started anew when

@@ -143,8 +143,8 @@ def apply_turns(start: int, stop_before_erasure: bool,
     >>> cols = UserColumns(DriftConfig())
     >>> turn = FhrEvent("e1", "turn", 5.0, "u", "s", False, Turn.neutral(1))
     >>> ev = EventColumns.of(cols, [turn, turn])
-    >>> apply_turns(0, False, *ev.arrays(), *cols.arrays(), *cols.geometry_arrays(),
-    ...             *cols.saved)
+    >>> apply_turns(0, False, *ev.arrays(), *cols.arrays(), cols.geometry.geom,
+    ...             cols.geometry.params, *cols.saved)
     0
     >>> ev.status.tolist()  # a turn of a session that is not open: the reference's
     [0, 0]
