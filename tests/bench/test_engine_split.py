@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench import run_bench
 
 
 def test_engine_split_times_every_part_of_a_real_run() -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "engine_split.py"), "--records", "6000",
-         "--users", "40"], cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    out = run_bench("engine_split.py", "--records", "6000", "--users", "40")
     rows = {m["label"].lstrip(". ").strip(): m
             for m in re.finditer(r"^\| (?P<label>[^|]+) \| (?P<us>[\d,.-]+) \| "
                                  r"(?P<share>[\d.-]+)% \| (?P<calls>\d*) \|",
-                                 done.stdout, re.MULTILINE)}
-    assert "6,000 records through the engine" in done.stdout
+                                 out, re.MULTILINE)}
+    assert "6,000 records through the engine" in out
     # Every batch went through the decode and the kernel; some events were handed off.
     assert int(rows["decode"]["calls"]) == 12  # 6,000 records in batches of 500
     assert int(rows["fold (fold_batch)"]["calls"]) == 12
@@ -43,4 +37,4 @@ def test_engine_split_times_every_part_of_a_real_run() -> None:
     for label, row in rows.items():
         if label.startswith("the rest of"):
             assert float(row["us"].replace(",", "")) >= 0.0, label
-    assert "reproduce: python bench/engine_split.py --records 6000 --users 40" in done.stdout
+    assert "reproduce: python bench/engine_split.py --records 6000 --users 40" in out
