@@ -83,6 +83,8 @@ _SIMPLE = {"broker": str, "data_dir": Path, "web_port": int, "web_host": str,
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 #: The clients the worker's ``producer`` setting names.
 PRODUCERS = ("aiokafka", "librdkafka")
+#: The settings that take one of a few values: their values, and what one is.
+_CHOICES = {"compression": (CODECS, "a codec"), "producer": (PRODUCERS, "a client the worker has")}
 
 
 def _coerce(name: str, kind: type, raw: Any) -> Any:
@@ -129,10 +131,8 @@ def load_settings(config_file: Path | None, overrides: dict[str, Any]) -> Settin
             values[name] = env
     values.update({k: v for k, v in overrides.items() if v is not None})
     typed = {k: _coerce(k, _SIMPLE[k], v) for k, v in values.items()}
-    if typed.get("compression", "zstd") not in CODECS:
-        raise SettingsError(f"setting 'compression': {typed['compression']!r} is not a codec; "
-                            f"use one of {', '.join(CODECS)}")
-    if typed.get("producer", "aiokafka") not in PRODUCERS:
-        raise SettingsError(f"setting 'producer': {typed['producer']!r} is not a client the "
-                            f"worker has; use one of {', '.join(PRODUCERS)}")
+    for name, (choices, noun) in _CHOICES.items():
+        if name in typed and typed[name] not in choices:
+            raise SettingsError(f"setting {name!r}: {typed[name]!r} is not {noun}; "
+                                f"use one of {', '.join(choices)}")
     return Settings(**typed, drift=drift_config(drift_values))
