@@ -179,15 +179,16 @@ class Changelog:
 
     # ------------------------------------------------------------------ writing
 
-    async def append(self, deltas: dict[int, Rows]) -> int:
-        """Write each partition's delta of one checkpoint; returns the bytes written."""
+    async def append(self, deltas: dict[int, bytes]) -> int:
+        """Write each partition's delta of one checkpoint (its rows, encoded:
+        :meth:`Rows.encode`); returns the bytes written."""
         written = 0
-        for partition, rows in deltas.items():
+        for partition, data in deltas.items():
             gen = self.generations.get(partition)
-            if gen is None or rows.empty:
+            if gen is None:
                 continue
             gen.seq += 1
-            chunks = _chunks(rows.encode())
+            chunks = _chunks(data)
             n = await self._send(gen.topic, [
                 Entry(Kind.DELTA, gen.epoch, gen.seq, i, len(chunks), c)
                 for i, c in enumerate(chunks)])
@@ -204,8 +205,7 @@ class Changelog:
         """A new generation from the partition's rows in ``store``; the older ones go.
 
         Returns the bytes written."""
-        rows = await asyncio.to_thread(store.export_partition, partition)
-        data = rows.encode()
+        data = await asyncio.to_thread(lambda: store.export_partition(partition).encode())
         older = await self._existing(partition)
         number = max([*older, self.generations[partition].number
                       if partition in self.generations else 0]) + 1

@@ -19,6 +19,7 @@ from typing import NoReturn, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from baselines.rows import Rows
 from baselines.store import BaselineStore, BatchWrite
 from streams import topics
 from streams.broker_watch import BROKER_FAULTS, BrokerWatch
@@ -120,9 +121,7 @@ class Checkpoints:
         store, changelog = self.store, self.changelog
         try:
             await self.publisher.acked(sent)
-            rows = await asyncio.to_thread(store.rows_of, write)
-            deltas = {p: r for p, r in rows.by_partition(write.dropped_states).items()
-                      if p not in erased}
+            rows, deltas = await asyncio.to_thread(_rows_and_deltas, store, write, erased)
             self.metrics.changelog_bytes.inc(await self._until_done(
                 "writing the changelog", lambda: changelog.append(deltas)))
             await asyncio.to_thread(store.apply_rows, rows)
@@ -147,3 +146,14 @@ class Checkpoints:
 
     async def _until_done(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         return await self.broker.until_done(what, attempt)
+
+
+def _rows_and_deltas(store: BaselineStore, write: BatchWrite, erased: set[int]
+                     ) -> tuple[Rows, dict[int, bytes]]:
+    """A checkpoint's rows, and each partition's delta encoded for its changelog (none for a
+    partition with an erasure, or with nothing to write). In the checkpoint's thread, not
+    on the event loop: a large checkpoint's Arrow filters and IPC encoding take a few hundred
+    milliseconds, and the loop would stall the partitions' records for as long."""
+    rows = store.rows_of(write)
+    return rows, {p: r.encode() for p, r in rows.by_partition(write.dropped_states).items()
+                  if p not in erased and not r.empty}
