@@ -55,11 +55,11 @@ def features_for(mode: Mode, available: tuple[str, ...]) -> tuple[str, ...]:
     >>> features_for(Mode.LIGHT, ("trust", "friction", "latency_ms"))
     ('friction', 'latency_ms')
     """
-    return _layout(mode.value, available).features
+    return feature_layout(mode.value, available).features
 
 
 @dataclass(frozen=True, slots=True)
-class _Layout:
+class Layout:
     """Where a mode's features sit: in the baseline's stats (``base_idx``) and in a turn's
     row (``cols``, :data:`FEATURES` order); ``whole`` when both are every column in order."""
 
@@ -70,13 +70,13 @@ class _Layout:
 
 
 @functools.lru_cache(maxsize=64)
-def _layout(mode: str, available: tuple[str, ...]) -> _Layout:
+def feature_layout(mode: str, available: tuple[str, ...]) -> Layout:
     # Per (mode, feature set), of which there are a handful; read at every checkpoint.
     allowed = MODE_FEATURES.get(Mode(mode), ())
     feats = tuple(f for f in available if f in allowed)
     base_idx = [available.index(f) for f in feats]
     cols = [FEATURES.index(f) for f in feats]
-    return _Layout(feats, base_idx, cols, feats == available == FEATURES)
+    return Layout(feats, base_idx, cols, feats == available == FEATURES)
 
 
 def attunement_test(session: SessionState, baselines: UserBaselines, config: DriftConfig,
@@ -86,7 +86,7 @@ def attunement_test(session: SessionState, baselines: UserBaselines, config: Dri
     rows_now = session.turns.current_rows
     if base is None or not rows_now:
         return None
-    layout = _layout(session.mode.value, base.features)
+    layout = feature_layout(session.mode.value, base.features)
     feats = layout.features
     if not feats:
         return None
@@ -135,13 +135,13 @@ def rate(state: UserState, baselines: UserBaselines, ctx: StepContext, tag: str,
     score_id = derive_id("score", state.user_id, session.session_id, tag, ctx.event_id)
     climbed = ladder.step(state.ladder, comp.tier, kinds, score_id)
     effective = climbed.effective_tier
+    refs = (_ref(baselines.attunement), _ref(baselines.semantic), _ref(baselines.safety))
     score = DriftScore(
         id=score_id, user_id=state.user_id, session_id=session.session_id, ts_s=ctx.ts_s,
-        turn=session.turns.n_turns, checkpoint=tag, mode=session.mode,
-        baselines=(_ref(baselines.attunement), _ref(baselines.semantic), _ref(baselines.safety)),
+        turn=session.turns.n_turns, checkpoint=tag, mode=session.mode, baselines=refs,
         components=Components(att_drift, sem, saf), score=comp.score, tier=comp.tier,
         effective_tier=effective,
-        attribution=_attribution(comp.driver, att, sem, saf, baselines, config),
+        attribution=_attribution(comp.driver, att, sem, saf, refs, config),
         weights=(config.weight_attunement, config.weight_semantic, config.weight_safety),
         thresholds=(config.threshold_medium, config.threshold_high),
         drift_policy_id=config.drift_policy_id, source_event_id=ctx.event_id,
@@ -185,11 +185,12 @@ def hold_kinds(att: float | None, sem: float | None, saf: float | None,
 
 
 def _attribution(driver: str, att: AttunementTest | None, sem: float | None,
-                 saf: float | None, baselines: UserBaselines, config: DriftConfig
+                 saf: float | None, refs: tuple[BaselineRef | None, ...], config: DriftConfig
                  ) -> Attribution:
+    """What drove the score; ``refs`` are the attunement, semantic and safety versions."""
     if driver == "attunement" and att is not None:
-        return Attribution(BaselineKind.ATTUNEMENT, _ref(baselines.attunement), test=att,
-                           alpha_medium=config.alpha_medium, alpha_high=config.alpha_high)
+        return Attribution(BaselineKind.ATTUNEMENT, refs[0], att, None, config.alpha_medium,
+                           config.alpha_high)
     if driver == "semantic":
-        return Attribution(BaselineKind.SEMANTIC, _ref(baselines.semantic), value=sem)
-    return Attribution(BaselineKind.SAFETY, _ref(baselines.safety), value=saf)
+        return Attribution(BaselineKind.SEMANTIC, refs[1], None, sem)
+    return Attribution(BaselineKind.SAFETY, refs[2], None, saf)

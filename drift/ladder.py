@@ -69,7 +69,8 @@ def step(state: LadderState, tier: Tier, kinds: frozenset[BaselineKind], cause: 
     """
     effective = max(state.session_tier, tier)
     actions: list[Action] = []
-    new = evolve(state, session_tier=effective)
+    # Most scores leave the tier as it was: the state is then the same value.
+    new = state if effective is state.session_tier else evolve(state, session_tier=effective)
     if effective is Tier.MEDIUM and not state.prompted:
         actions.append(Action.CHECK_PROMPTED)
         new = evolve(new, prompted=True)

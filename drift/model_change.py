@@ -9,11 +9,11 @@ at the re-attunement checkpoint the disclosure is checked
 from __future__ import annotations
 
 from drift.baseline import UserBaselines, derive_id
-from drift.checkpoint import StepContext, checkpoint, features_for
+from drift.checkpoint import StepContext, checkpoint, feature_layout
 from drift.composite import semantic_drift
 from drift.evolve import evolve
 from drift.governance import violation
-from drift.model import FEATURES, ModelTriple
+from drift.model import ModelTriple
 from drift.outputs import (
     Action,
     BaselineRef,
@@ -111,11 +111,10 @@ def reattune(state: UserState, baselines: UserBaselines, ctx: StepContext
     early_rows = session.turns.early_rows
     if base is None or not early_rows or not base.late_profile:
         return state, ()
-    feats = features_for(session.mode, base.features)
+    layout = feature_layout(session.mode.value, base.features)
+    feats, base_idx, cols = layout.features, layout.base_idx, layout.cols
     if not feats:
         return state, ()
-    base_idx = [base.features.index(f) for f in feats]
-    cols = [FEATURES.index(f) for f in feats]
     early = [[row[c] for c in cols] for row in early_rows]
     late = [base.late_profile[i] for i in base_idx]
     turn_sd = base.turn_sd()
