@@ -63,6 +63,41 @@ def _share_le(values: Sequence[float], bound: float) -> float:
     return sum(1 for x in values if x <= bound) / len(values) if values else math.nan
 
 
+SLOW_S = 0.1
+"""What the slow records' spells are counted against: the goal at 5,000/s."""
+
+
+def slow_spells(timed: Sequence[tuple[float, float]], bound: float = SLOW_S) -> dict[str, Any]:
+    """The records slower than ``bound`` (``timed``: each record's source time and latency,
+    in seconds), by the second of the offer they came in: how many, how many seconds hold
+    them, and the share of them in the worst second. A stall of the worker or the broker
+    puts most of them in one or two seconds; a worker too slow for the offer spreads them.
+
+    >>> slow_spells([(0.2, 0.3), (0.7, 0.2), (5.1, 0.15), (6.0, 0.01)])
+    {'n': 3, 'seconds': 2, 'worst_second_share': 0.6666666666666666, 'offer_seconds': 6}
+    """
+    if not timed:
+        return {"n": 0, "seconds": 0, "worst_second_share": math.nan, "offer_seconds": 0}
+    start = min(t for t, _ in timed)
+    slow: dict[int, int] = defaultdict(int)
+    for t, latency in timed:
+        if latency > bound:
+            slow[int(t - start)] += 1
+    n = sum(slow.values())
+    return {"n": n, "seconds": len(slow),
+            "worst_second_share": max(slow.values()) / n if n else math.nan,
+            "offer_seconds": int(max(t for t, _ in timed) - start) + 1}
+
+
+def _spells(spells: dict[str, Any] | None) -> str:
+    """A line's words for :func:`slow_spells`."""
+    if not spells or not spells["n"]:
+        return f"no record over {1e3 * SLOW_S:.0f} ms"
+    return (f"{spells['n']} records over {1e3 * SLOW_S:.0f} ms, in {spells['seconds']} of the "
+            f"offer's {spells['offer_seconds']} seconds, "
+            f"{100 * spells['worst_second_share']:.0f}% of them in the worst one")
+
+
 def phase_latency(bootstrap: str, base: Path, records: Sequence[tuple[bytes, bytes, str]],
                   input_start: dict[int, int], rate: float, partitions: int,
                   broker_pid: int, spec: WorkerSpec, name: str = "") -> dict[str, Any]:
@@ -145,7 +180,8 @@ def phase_latency(bootstrap: str, base: Path, records: Sequence[tuple[bytes, byt
             per_topic[topic].append((ts - sources[src]) / 1000.0)
             if src not in first_out or ts < first_out[src]:
                 first_out[src] = ts
-    per_record = [(ts - sources[s]) / 1000.0 for s, ts in first_out.items()]
+    timed = [(sources[s] / 1000.0, (ts - sources[s]) / 1000.0) for s, ts in first_out.items()]
+    per_record = [latency for _, latency in timed]
     per_output = [x for xs in per_topic.values() for x in xs]
     return {
         "rate": rate, "offered": result.get("sent", 0), "offer_seconds": result.get("seconds"),
@@ -157,7 +193,8 @@ def phase_latency(bootstrap: str, base: Path, records: Sequence[tuple[bytes, byt
         "exact_per_record": {"n": len(per_record), **percentiles(per_record),
                              "max": max(per_record, default=math.nan),
                              "share_le_100ms": _share_le(per_record, 0.1),
-                             "share_le_250ms": _share_le(per_record, 0.25)},
+                             "share_le_250ms": _share_le(per_record, 0.25),
+                             "slow": slow_spells(timed)},
         "exact_per_output": {"n": len(per_output), **percentiles(per_output),
                              "by_topic": {t: {"n": len(v), **percentiles(v)}
                                           for t, v in per_topic.items()}},
@@ -250,6 +287,7 @@ def report_latency(runs: Sequence[dict[str, Any]], floors: Sequence[dict[str, An
                   f"max {fmt(floor['latency_ms']['max'])} ms)")
         lines.append(f"  {lat['rate']:>6.0f}/s: p50 {fmt(1e3 * e['p50'])} ms, p99 "
                      f"{fmt(1e3 * e['p99'])} ms, max {fmt(1e3 * e['max'])} ms; {verdict}{beside}")
+        lines.append(f"          {_spells(e.get('slow'))}")
     for floor in floors:
         if "error" in floor:
             lines.append(f"  floor at {floor['rate']:.0f}/s: failed: {floor['error']}")
@@ -271,7 +309,8 @@ def report_latency_ab(rows: Sequence[dict[str, Any]], against: str,
     def p(lat: dict[str, Any], q: str) -> float:
         return math.nan if "error" in lat else 1e3 * lat["exact_per_record"][q]
 
-    verdicts = []
+    verdicts: list[str] = []
+    spells: list[str] = []
     for rate in dict.fromkeys(row["rate"] for row in rows):
         mine = [row for row in rows if row["rate"] == rate]
         for row in mine:
@@ -279,6 +318,9 @@ def report_latency_ab(rows: Sequence[dict[str, Any]], against: str,
             lines.append(f"| {rate:.0f} | {row['round']} | {fmt(p(this, 'p50'))} | "
                          f"{fmt(p(this, 'p99'))} | {fmt(p(other, 'p50'))} | "
                          f"{fmt(p(other, 'p99'))} | {p(this, 'p99') / p(other, 'p99'):.2f} |")
+            spells.append(f"  {rate:.0f}/s round {row['round']}: this tree "
+                          f"{_spells(this.get('exact_per_record', {}).get('slow'))}; the other "
+                          f"{_spells(other.get('exact_per_record', {}).get('slow'))}")
         med = {f"{t}_{q}": statistics.median([p(row[t], q) for row in mine])
                for t in ("this", "other") for q in ("p50", "p99")}
         lines.append(f"| {rate:.0f} | median | {fmt(med['this_p50'])} | {fmt(med['this_p99'])} "
@@ -293,4 +335,4 @@ def report_latency_ab(rows: Sequence[dict[str, Any]], against: str,
                             f"{fmt(med['other_p99'])} ms; goal p99 < {1e3 * goal:.0f} ms: this "
                             f"{pass_fail(med['this_p99'] < 1e3 * goal)}, other "
                             f"{pass_fail(med['other_p99'] < 1e3 * goal)}{beside}")
-    return [*lines, "", *verdicts] if verdicts else lines
+    return [*lines, "", *spells, *(["", *verdicts] if verdicts else [])]
