@@ -93,7 +93,8 @@ def _spells(spells: dict[str, Any] | None) -> str:
     """A line's words for :func:`slow_spells`."""
     if not spells or not spells["n"]:
         return f"no record over {1e3 * SLOW_S:.0f} ms"
-    return (f"{spells['n']} records over {1e3 * SLOW_S:.0f} ms, in {spells['seconds']} of the "
+    records = "1 record" if spells["n"] == 1 else f"{spells['n']} records"
+    return (f"{records} over {1e3 * SLOW_S:.0f} ms, in {spells['seconds']} of the "
             f"offer's {spells['offer_seconds']} seconds, "
             f"{100 * spells['worst_second_share']:.0f}% of them in the worst one")
 
