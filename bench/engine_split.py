@@ -5,7 +5,8 @@
 the engine's instructions for an A/B; this splits the engine's cost by concern, so that what
 limits the worker can be read as a table instead of a flame graph:
 
-- decode (``Engine.decode``: msgspec, validation, domain values);
+- decode (``Engine.decode``: msgspec, validation, domain values), and the domain events
+  alone (``streams.codec.to_domain``);
 - the fold (``drift.kernel.fold_batch``): the batch's event columns, the compiled kernel
   (``apply_turns``), the turns it took that reach a checkpoint (scored by its caller, on
   rows read back from the columns), the events it hands to the reference
@@ -54,6 +55,7 @@ CHECKPOINT = "checkpoint write"
 PARTS = (
     ("engine (Engine.process)", "streams.engine", "Engine.process", None),
     ("decode", "streams.engine", "Engine.decode", "engine (Engine.process)"),
+    ("the domain events (to_domain)", "streams.codec", "to_domain", "decode"),
     ("fold (fold_batch)", "streams.engine", "fold_batch", "engine (Engine.process)"),
     ("event columns (EventColumns.of)", "drift.kernel.events", "EventColumns.of",
      "fold (fold_batch)"),
