@@ -49,15 +49,6 @@ class StepContext:
     twin."""
 
 
-def features_for(mode: Mode, available: tuple[str, ...]) -> tuple[str, ...]:
-    """The baseline's features that ``mode`` may use, in the baseline's order.
-
-    >>> features_for(Mode.LIGHT, ("trust", "friction", "latency_ms"))
-    ('friction', 'latency_ms')
-    """
-    return feature_layout(mode.value, available).features
-
-
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Where a mode's features sit: in the baseline's stats (``base_idx``) and in a turn's
@@ -71,7 +62,14 @@ class Layout:
 
 @functools.lru_cache(maxsize=64)
 def feature_layout(mode: str, available: tuple[str, ...]) -> Layout:
-    # Per (mode, feature set), of which there are a handful; read at every checkpoint.
+    """The baseline's features that ``mode`` may use, in the baseline's order, and where they
+    sit. Cached per (mode, feature set), of which there are a handful: every checkpoint and
+    re-attunement reads it.
+
+    >>> layout = feature_layout(Mode.LIGHT.value, ("trust", "friction", "latency_ms"))
+    >>> layout.features, layout.base_idx, layout.cols, layout.whole
+    (('friction', 'latency_ms'), [1, 2], [3, 5], False)
+    """
     allowed = MODE_FEATURES.get(Mode(mode), ())
     feats = tuple(f for f in available if f in allowed)
     base_idx = [available.index(f) for f in feats]
