@@ -187,8 +187,8 @@ def _attribution(driver: str, att: AttunementTest | None, sem: float | None,
                  ) -> Attribution:
     """What drove the score; ``refs`` are the attunement, semantic and safety versions."""
     if driver == "attunement" and att is not None:
-        return Attribution(BaselineKind.ATTUNEMENT, refs[0], att, None, config.alpha_medium,
-                           config.alpha_high)
+        return Attribution(BaselineKind.ATTUNEMENT, refs[0], test=att,
+                           alpha_medium=config.alpha_medium, alpha_high=config.alpha_high)
     if driver == "semantic":
-        return Attribution(BaselineKind.SEMANTIC, refs[1], None, sem)
-    return Attribution(BaselineKind.SAFETY, refs[2], None, saf)
+        return Attribution(BaselineKind.SEMANTIC, refs[1], value=sem)
+    return Attribution(BaselineKind.SAFETY, refs[2], value=saf)
