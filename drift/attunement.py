@@ -16,7 +16,7 @@ from scipy import special
 from drift.evolve import fast_init
 from drift.features import WindowStats
 from drift.model import DriftConfig
-from drift.sums import array_sum
+from drift.sums import array_sum, left_sum
 
 #: Features tested as the relational core of attunement (AD-30 4.1: trust, resonance).
 CORE_FEATURES = ("trust", "resonance_depth")
@@ -136,7 +136,7 @@ def _binary_test(current: Sequence[float], baseline: list[tuple[WindowStats, flo
     k = len(current)
     c = round(array_sum(current))
     n = int(sum(s.n for s, _ in baseline))
-    b = round(sum(s.mean[j] * s.n for s, _ in baseline))
+    b = round(left_sum(s.mean[j] * s.n for s, _ in baseline))
     return c / k - b / max(n, 1), fisher_exact_p(c, k, b, n)
 
 
@@ -232,7 +232,7 @@ def score_attunement_drift(
                                           (rest, 1.0 - config.core_share)) if g]
     if len(groups) == 1:
         groups = [(groups[0][0], 1.0)]
-    chis = [sum(t.z ** 2 for t in group) for group, _ in groups]
+    chis = [left_sum(t.z ** 2 for t in group) for group, _ in groups]
     p_groups = special.chdtrc([len(group) for group, _ in groups], chis).tolist()
     p_value = 1.0
     for (_, share), p_group in zip(groups, p_groups):

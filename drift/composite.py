@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from drift.evolve import fast_init
 from drift.model import DriftConfig, Tier
+from drift.sums import left_sum
 
 
 def semantic_drift(referenced: Mapping[str, str]) -> float | None:
@@ -75,7 +76,7 @@ def composite(
     available = {k: v * w for k, (v, w) in parts.items() if v is not None}
     if not available:
         return None
-    score = min(1.0, sum(available.values()))
+    score = min(1.0, left_sum(available.values()))
     driver = max(available, key=lambda k: available[k])
     if safety:
         return Composite(max(score, config.threshold_high), Tier.HIGH, "safety")

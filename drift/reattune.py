@@ -11,7 +11,7 @@ from scipy import special
 
 from drift.evolve import fast_init
 from drift.model import DriftConfig
-from drift.sums import array_sum, column_means
+from drift.sums import array_sum, column_means, left_sum
 
 
 @fast_init
@@ -159,6 +159,6 @@ def reattune_quality(turns: int, window: int, ttb: int | None, closeness: float,
              (consistency, config.reattune_weight_semantic),
              (trust, config.reattune_weight_trust)]
     used = [(v, w) for v, w in parts if v is not None]
-    total = sum(w for _, w in used)
-    quality = sum(v * w for v, w in used) / total if total > 0 else convergence
+    total = left_sum(w for _, w in used)
+    quality = left_sum(v * w for v, w in used) / total if total > 0 else convergence
     return ReattuneScore(min(1.0, max(0.0, quality)), ttb, convergence, consistency, trust)

@@ -1,8 +1,26 @@
-"""Sums and means with NumPy's floats, bit for bit, over plain sequences."""
+"""Sums of floats, bit for bit: NumPy's order over plain sequences, and Python 3.11's
+``sum`` on any interpreter."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+
+
+def left_sum(values: Iterable[float]) -> float:
+    """``sum(values)`` as Python 3.11 adds floats: one by one, left to right.
+
+    From Python 3.12 the built-in ``sum`` compensates the rounding of a float sum, so the
+    same values can add up to another last bit there; a score must not depend on the
+    interpreter, nor differ from its compiled twin (which adds left to right).
+
+    >>> xs = [0.1] * 10
+    >>> left_sum(xs) == 0.9999999999999999, left_sum([])
+    (True, 0.0)
+    """
+    total = 0.0
+    for x in values:
+        total += x
+    return total
 
 
 def array_sum(values: Sequence[float]) -> float:
