@@ -9,7 +9,8 @@ limits the worker can be read as a table instead of a flame graph:
   alone (``streams.codec.to_domain``);
 - the fold (``drift.kernel.fold_batch``): the batch's event columns, the compiled kernel
   (``apply_turns``), the turns it took that reach a checkpoint (scored by its caller, on
-  rows read back from the columns), the events it hands to the reference
+  rows read back from the columns: their checkpoint, and at the re-attunement turn its
+  re-attunement), the events it hands to the reference
   (``drift.fold.step``): re-attunement, the baseline fold at session end, the session
   start; and the hand-offs' conversions, a user's state built from the columns before
   the reference's step and loaded back into them after it;
@@ -62,6 +63,10 @@ PARTS = (
     ("kernel (apply_turns)", "drift.kernel.batch", "apply_turns", "fold (fold_batch)"),
     ("turns the kernel scored", "drift.kernel.batch", "_score", "fold (fold_batch)"),
     ("their rows from the columns (looked_at)", "drift.kernel.columns", "UserColumns.looked_at",
+     "turns the kernel scored"),
+    ("their checkpoint (checkpoint)", "drift.model_change", "checkpoint",
+     "turns the kernel scored"),
+    ("the re-attunement turn's re-attunement (reattune)", "drift.model_change", "reattune",
      "turns the kernel scored"),
     ("state built from the columns (state_at)", "drift.kernel.columns", "UserColumns.state_at",
      "fold (fold_batch)"),
