@@ -13,11 +13,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     NUMBA_CACHE_DIR=/opt/continuity-drift/numba-cache
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY streams/ streams/
 COPY drift/ drift/
 COPY baselines/ baselines/
-RUN pip install . \
+# The versions the tests pass with (constraints.txt), so the image scores as they do.
+RUN pip install -c constraints.txt . \
     && rm -rf /src/build /src/*.egg-info \
     && python -c "import drift.kernel"
 

@@ -25,6 +25,7 @@ COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 DOCKERFILE = (REPO / "Dockerfile").read_text(encoding="utf-8")
 LONG_RUNNING = ("kafka", "worker", "prometheus", "alertmanager", "grafana")
+INSTALL = "pip install -c constraints.txt ."  # the image's install, pinned as CI's is
 PUBLISHED = {"worker": 6066, "prometheus": 9090, "alertmanager": 9093, "grafana": 3000}
 
 
@@ -195,7 +196,7 @@ def test_dockerfile() -> None:
     instructions = dockerfile_instructions()
     assert instructions[0] == ("FROM", "python:3.11-slim")
     runs = " ".join(arg for op, arg in instructions if op == "RUN")
-    assert "pip install ." in runs
+    assert INSTALL in runs  # the versions the tests pass with
     users = [arg for op, arg in instructions if op == "USER"]
     assert users and users[-1] not in {"root", "0"}
     assert ("EXPOSE", "6066") in instructions
@@ -207,9 +208,10 @@ def test_dockerfile() -> None:
         for op, arg in instructions if op == "COPY"
         for source in arg.split()[:-1]
     ]
-    # What `pip install .` needs: the build config, the readme it names and every package.
+    # What the install needs: the build config, the readme it names, the pinned versions and
+    # every package.
     found = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
-    needed = {"pyproject.toml", pyproject["project"]["readme"],
+    needed = {"pyproject.toml", pyproject["project"]["readme"], "constraints.txt",
               *(name for name in found if "." not in name)}
     assert needed <= set(copied)
     for source in set(copied) - {pyproject["project"]["readme"]}:
@@ -224,8 +226,8 @@ def test_the_image_compiles_the_kernel_once_into_a_cache_its_worker_owns() -> No
                        for kv in arg.split())
     cache = environment["NUMBA_CACHE_DIR"]
     runs = [arg for op, arg in instructions if op == "RUN"]
-    build = next(i for i, arg in enumerate(runs) if "pip install ." in arg)
-    assert 'import drift.kernel"' in runs[build].split("pip install .", 1)[1]
+    build = next(i for i, arg in enumerate(runs) if INSTALL in arg)
+    assert 'import drift.kernel"' in runs[build].split(INSTALL, 1)[1]
     user = next(arg for op, arg in reversed(instructions) if op == "USER")
     assert any(f"chown -R {user}:{user} {cache}" in arg for arg in runs[build:])
 
