@@ -325,25 +325,28 @@ def _session_start(state: UserState, baselines: UserBaselines, body: SessionStar
         ended = end_session(state, baselines, ctx, "superseded")
         state, baselines, effects = ended.state, ended.baselines, ended.effects
     state, baselines, commands = downgrade(state, baselines, body.mode, ctx)
-    effects += Effects(writes=commands)
+    if commands:
+        effects += Effects(writes=commands)
     session = SessionState(ctx.session_id, body.mode, ctx.ts_s, ctx.ts_s, body.model,
                            (body.gate_config_id, body.drift_policy_id, body.consent_state_id),
                            ephemeral, TurnLog.start(ctx.config))
-    state = evolve(state, mode=body.mode, ladder=ladder.new_session(state.ladder),
-                    session=session)
+    # The state's changes made at once: a session starts at every user's every visit.
+    changes: dict[str, Any] = {"mode": body.mode, "ladder": ladder.new_session(state.ladder),
+                               "session": session}
     if not body.mode.keeps_baselines:
-        return Step(evolve(state, durable=False), baselines, effects)
+        return Step(evolve(state, durable=False, **changes), baselines, effects)
     if not ephemeral:
-        state = evolve(state, durable=True)
+        changes["durable"] = True
     if baselines.metas():
-        state = evolve(state, last_used_s=ctx.ts_s)
+        changes["last_used_s"] = ctx.ts_s
+    state = evolve(state, **changes)
     if baselines.safety is not None:
         saf = safety_drift(baselines.safety.fields(), session.safety)
         if saf > 0:
             state, outs = rate(state, baselines, ctx, "session_start", None, None, saf)
             effects += Effects(outs)
     state, outs = detect(state, baselines, body.model, ctx)
-    return Step(state, baselines, effects + Effects(outs))
+    return Step(state, baselines, effects + Effects(outs) if outs else effects)
 
 
 def _turn(state: UserState, session: SessionState, session_changes: dict[str, Any],

@@ -78,9 +78,9 @@ class Memory:
 
     def users_to_sweep(self, partition: int, ts_s: float) -> list[str]:
         """The users of ``partition`` whose state a sweep at event time ``ts_s`` may change
-        (:meth:`~drift.kernel.UserColumns.may_be_due`, read from their slots without building
+        (:meth:`~drift.kernel.views.StateView.may_be_due`, read from their slots without building
         their states), in the order of their ids: the others' sweep changes nothing."""
-        may_be_due = self.columns.may_be_due
+        may_be_due = self.columns.states.may_be_due
         return sorted(u for u, p in self.user_partition.items()
                       if p == partition and may_be_due(u, ts_s))
 

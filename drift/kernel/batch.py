@@ -10,10 +10,12 @@ rest of it (:func:`drift.fold.dispatch`) is applied here to the user's state obj
 before the kernel goes on. A turn that reaches a checkpoint is the kernel's too, and the
 checkpoint (and the re-attunement turn) is scored here on the rows the columns hold,
 with the reference's own function (:func:`drift.model_change.turn_reached`), before the
-user's next event. Events are therefore applied exactly in the order of the batch, and the
-effects are the ones the loop of ``step`` gives. Should the part done here raise, the
-kernel's part of that event is undone (the slot as the kernel saved it before the event):
-it changes nothing, as a step that raises.
+user's next event; so is a session start with no session open, whose session is opened
+here on the user's state object (:func:`drift.fold.dispatch`) and written into the slot.
+Events are therefore applied exactly in the order of the batch, and the effects are the
+ones the loop of ``step`` gives. Should the part done here raise, the kernel's part of
+that event is undone (the slot as the kernel saved it before the event): it changes
+nothing, as a step that raises.
 """
 
 from __future__ import annotations
@@ -23,11 +25,18 @@ from dataclasses import dataclass, field
 
 from drift.baseline import UserBaselines
 from drift.checkpoint import StepContext
-from drift.fold import DUPLICATE, Step, dispatch, may_erase, step
+from drift.fold import DUPLICATE, Step, dispatch, initial, may_erase, step
 from drift.kernel.attunement import score_attunement
 from drift.kernel.columns import UserColumns
 from drift.kernel.events import EventColumns
-from drift.kernel.layout import F_CLOCK, ST_APPLIED, ST_DUPLICATE, ST_SCORED, ST_SIDE
+from drift.kernel.layout import (
+    F_CLOCK,
+    ST_APPLIED,
+    ST_DUPLICATE,
+    ST_SCORED,
+    ST_SIDE,
+    ST_STARTED,
+)
 from drift.kernel.reattune import score_reattunement
 from drift.kernel.turns import apply_turns
 from drift.model import DriftConfig, FhrEvent
@@ -103,7 +112,7 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
     >>> cols = UserColumns(DriftConfig())
     >>> done = fold_batch(cols, log + log[2:3], DriftConfig())
     >>> done.handoffs, [type(o).__name__ for o in done.outcomes[:2]], done.outcomes[-1].duplicate
-    (1, ['Step', 'Effects'], True)
+    (0, ['Step', 'Effects'], True)
     >>> cols.states["u"].session.turns.n_turns, cols.states["u"].clock_s
     (7, 70.0)
     """
@@ -135,6 +144,19 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
                 outcomes[j] = exc
             i = j + 1
             continue
+        if taken == ST_STARTED:
+            try:
+                started = _start(columns, s, event, config)
+            except Exception as exc:  # noqa: BLE001 - as a step that raises: no change
+                columns.restore(s)
+                outcomes[j] = exc
+                i = j + 1
+                continue
+            if started is not None:
+                outcomes[j], befores[j] = started
+                i = j + 1
+                continue
+            columns.restore(s)  # not one the columns take as it is: the reference's, whole
         state, baselines = columns.state_at(s), columns.baselines_at(s)
         if stop_before_erasure and _may_erase(state, baselines, event, config):
             stopped_at = j
@@ -173,6 +195,25 @@ def _side(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) ->
     columns.keep_shell(s, dispatch(columns.shell_at(s), columns.baselines_at(s), event,
                                    ctx).state)
     return NO_EFFECTS
+
+
+def _start(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig
+           ) -> tuple[Step, UserState] | None:
+    """The session start the kernel marked ``ST_STARTED`` (no session open, nothing due),
+    applied to slot ``s``'s state object as :func:`drift.fold.step` applies it after the
+    clock and the ring (:func:`drift.fold.dispatch`): its step and the state it was applied
+    to, whose clock and ring are the columns'. None, changing nothing, for a start that
+    leaves the user memory-only or not stored (the reference's step keeps and stages such
+    users its own way) or that the columns do not take: the caller hands it over whole."""
+    before = columns.shell_of(event.user_id) or initial(event.user_id)
+    baselines = columns.baselines_at(s)
+    ctx = StepContext(event.event_id, event.session_id, float(columns.fcols[s, F_CLOCK]),
+                      config, score_attunement, event.ts_s)
+    result = dispatch(before, baselines, event, ctx)
+    if not result.state.persistable or not columns.open_session(s, result.state,
+                                                                 result.baselines):
+        return None
+    return result, before
 
 
 def _score(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -> Effects:

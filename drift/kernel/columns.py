@@ -21,14 +21,12 @@ import numpy.typing as npt
 
 from drift.baseline import UserBaselines
 from drift.evolve import evolve
-from drift.kernel.convert import expiry_hint, load, materialize, strip
+from drift.kernel.convert import load, load_opened, materialize, strip
 from drift.kernel.layout import (
     DIRTY_SESSION,
     DIRTY_USER,
     F_EXPIRE,
-    F_LAST,
     F_WIDTH,
-    HAS_SESSION,
     I_CURRENT,
     I_EARLY,
     I_FLAGS,
@@ -39,6 +37,7 @@ from drift.kernel.layout import (
     PY_ONLY,
     Geometry,
     TurnRows,
+    expiry_hint,
 )
 from drift.kernel.views import NO_BASELINES, BaselineView, StateView
 from drift.model import DriftConfig
@@ -235,7 +234,7 @@ class UserColumns:
         return wanted
 
     def _hint(self, s: int, state: UserState, baselines: UserBaselines) -> float:
-        """:func:`~drift.kernel.convert.expiry_hint`, kept while the baselines object and
+        """:func:`~drift.kernel.layout.expiry_hint`, kept while the baselines object and
         ``last_used_s`` it is of stay the same."""
         cached = self._hints[s]
         if cached is not None and cached[0] is baselines and cached[1] == state.last_used_s:
@@ -263,37 +262,29 @@ class UserColumns:
         self.icols[s, I_FLAGS] &= ~_DIRTY
         return state
 
-    def may_be_due(self, user_id: str, ts_s: float) -> bool:
-        """Whether :func:`drift.fold.sweep` at event time ``ts_s`` may change the user's
-        state: an idle close or an expiry may be due (:func:`drift.fold.due`), or the user
-        is memory-only outside a session. Read from the slot without building the state;
-        False only where the sweep surely changes nothing, so a tick, and the check for
-        one, build only the states of the users it may reach (and leave the others
-        stripped).
-
-        >>> from drift.model import Mode
-        >>> cols = UserColumns(DriftConfig())
-        >>> cols.states["u"] = UserState("u", Mode.FULL, durable=True)
-        >>> cols.may_be_due("u", 1e9), cols.may_be_due("nobody", 1e9)
-        (False, False)
-        """
-        s = self._index.get(user_id)
-        shell = None if s is None else self._shells[s]
-        if shell is None:
-            return False
-        flags = int(self.icols[s, I_FLAGS])
-        if flags & PY_ONLY or ts_s >= self.fcols[s, F_EXPIRE]:
-            return True
-        if flags & HAS_SESSION:
-            return bool(self.fcols[s, F_LAST] + self.config.idle_timeout_s <= ts_s)
-        return shell.memory_only
-
     def shell_at(self, s: int) -> UserState:
         """The state object slot ``s`` holds beside its columns (their parts in it may be
         older than the columns', or let go)."""
         shell = self._shells[s]
         assert shell is not None, "a slot with an open session holds its state object"
         return shell
+
+    def open_session(self, s: int, state: UserState, baselines: UserBaselines) -> bool:
+        """Hold ``state`` and ``baselines`` after a start the kernel took opened a session:
+        :func:`~drift.kernel.convert.load_opened` (False, changing nothing, if it does not
+        take them)."""
+        self._turn_row(s, True)
+        if not load_opened(state, self._hint(s, state, baselines), s, self.icols, self.fcols,
+                           self.turn_rows.tcols, self.geometry, self.session_code):
+            self._turn_row(s, False)
+            return False
+        session = state.session
+        assert session is not None
+        self._shells[s] = state
+        self._baselines[s] = baselines
+        self._turns[s] = session.turns
+        self._bound[s] = self._generation
+        return True
 
     def keep_shell(self, s: int, state: UserState) -> None:
         """Hold ``state`` as slot ``s``'s state object, whose parts the columns hold stay

@@ -17,15 +17,13 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from drift.baseline import UserBaselines
 from drift.evolve import evolve
 from drift.kernel.layout import (
     # The slot layout's constants by name, as drift.kernel.turns imports them: each module
     # lists the slots it reads.
     BASELINING,
-    BLOCKING_NAMES,
     DIRTY_SESSION,
-    EXPIRY_SLACK_S,
+    DIRTY_USER,
     F_CLOCK,
     F_LAST,
     F_WIDTH,
@@ -48,47 +46,13 @@ from drift.kernel.layout import (
     PY_ONLY,
     SESSION_EPHEMERAL,
     Geometry,
+    blocking_mask,
+    blocking_names,
 )
-from drift.model import DriftConfig
 from drift.state import Guard, RecentEvents, Row, TurnLog, UserState, WindowSums
 
 _FP_BYTES = 8
 _NO_RECENT = RecentEvents()
-_MASKS = {tuple(n for b, n in enumerate(BLOCKING_NAMES) if m >> b & 1): m for m in range(32)}
-_NAMES = {m: names for names, m in _MASKS.items()}
-
-
-def blocking_mask(blocking: tuple[str, ...]) -> int:
-    """The bit mask of a guard's blocking states; -1 if they are not in the guard's order.
-
-    >>> blocking_mask(("ae_active", "crisis")), blocking_mask(()), blocking_mask(("crisis", "x"))
-    (9, 0, -1)
-    """
-    return _MASKS.get(blocking, -1)
-
-
-def blocking_names(mask: int) -> tuple[str, ...]:
-    """
-    >>> blocking_names(9)
-    ('ae_active', 'crisis')
-    """
-    return _NAMES[mask]
-
-
-def expiry_hint(state: UserState, baselines: UserBaselines, config: DriftConfig) -> float:
-    """An event time before which none of ``baselines`` can be past its TTL (the kernel
-    hands off from there; :func:`drift.erasure.expiry_due` decides exactly).
-
-    >>> expiry_hint(UserState("u"), UserBaselines(), DriftConfig())
-    inf
-    """
-    metas = baselines.metas()
-    if not metas:
-        return float("inf")
-    used = state.last_used_s
-    return min(max(m.created_at_s, used) + config.ttl_s(m.mode) for m in metas) - EXPIRY_SLACK_S
-
-
 def _put_rows(rows: tuple[Row, ...], at: int, floats: list[float]) -> bool:
     for r, row in enumerate(rows):
         if len(row) != N_FEATURES:
@@ -208,7 +172,7 @@ def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.
     the caller gives the slot beforehand (without one the state does not fit).
 
     >>> from drift.kernel.columns import UserColumns
-    >>> from drift.model import Mode
+    >>> from drift.model import DriftConfig, Mode
     >>> cols = UserColumns(DriftConfig())
     >>> s = cols.slot("u")
     >>> durable = UserState("u", Mode.FULL, clock_s=7.0, durable=True)
@@ -283,6 +247,41 @@ def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.
     return ok
 
 
+def load_opened(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.int64],
+                fcols: npt.NDArray[np.float64], tcols: npt.NDArray[np.float64], g: Geometry,
+                session_code: Callable[[str], int]) -> bool:
+    """Write the session a start just opened in ``state`` into ``slot``, whose clock and
+    dedupe ring the kernel moved for that start: they stay the columns', and the slot stays
+    dirty for them (:func:`load` is the rest of it). Returns False, writing nothing, unless
+    the session keeps baselines for a user who is not memory-only, its turn log has no turn
+    (a start makes it with :meth:`TurnLog.start`), its guard's states are in order, and the
+    slot has a turn row.
+    """
+    session = state.session
+    trow = int(icols[slot, I_TROW])
+    if session is None or state.memory_only or not session.mode.keeps_baselines \
+            or trow < 0 or session.turns.n_turns or session.turns.current_rows:
+        return False
+    guard = session.guard
+    mask = blocking_mask(guard.blocking)
+    if mask < 0:
+        return False
+    flags = DIRTY_USER | HAS_SESSION | BASELINING
+    if session.ephemeral:
+        flags |= SESSION_EPHEMERAL
+    if guard.high_res_block:
+        flags |= HIGH_RES_BLOCK
+    row = icols[slot].tolist()
+    ints = [0] * g.i_width
+    ints[I_FLAGS], ints[I_RING_LEN], ints[I_RING_HEAD] = flags, row[I_RING_LEN], row[I_RING_HEAD]
+    ints[I_STREAK], ints[I_BLOCKING], ints[I_TROW] = guard.high_res_streak, mask, trow
+    ints[I_SESSION] = session_code(session.session_id)
+    icols[slot] = ints
+    tcols[trow] = 0.0
+    fcols[slot] = (fcols[slot, F_CLOCK], session.last_s, expire_at_s, session.started_s)
+    return True
+
+
 def _rows(floats: list[float], at: int, n: int) -> tuple[Row, ...]:
     return tuple(tuple(floats[at + r * N_FEATURES:at + (r + 1) * N_FEATURES]) for r in range(n))
 
@@ -325,7 +324,7 @@ def strip(state: UserState) -> UserState:
     3.9 KB of a simulated user's state, docs/performance.md); :func:`materialize` builds
     ``state`` back from the two.
 
-    >>> from drift.model import Mode
+    >>> from drift.model import DriftConfig, Mode
     >>> state = UserState("u", Mode.FULL, recent=RecentEvents().remember("e1", 128))
     >>> strip(state).recent.ring, strip(state).mode
     (b'', <Mode.FULL: 'continuity_full'>)
@@ -357,7 +356,7 @@ def materialize(shell: UserState, slot: int, icols: npt.NDArray[np.int64],
     with the kernel's parts.
 
     >>> from drift.kernel.columns import UserColumns
-    >>> from drift.model import Mode
+    >>> from drift.model import DriftConfig, Mode
     >>> cols = UserColumns(DriftConfig())
     >>> s = cols.slot("u")
     >>> state = UserState("u", Mode.FULL, clock_s=7.0, durable=True,

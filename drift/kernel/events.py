@@ -25,6 +25,7 @@ from drift.kernel.layout import (
     KIND_MAY_ERASE,
     KIND_OTHER,
     KIND_SIDE,
+    KIND_START,
     KIND_TURN,
     N_FEATURES,
 )
@@ -41,6 +42,9 @@ from drift.model import (
 from drift.state import event_hash
 
 _NO_ROW = (0.0,) * N_FEATURES
+#: A session start is ``KIND_START`` when it keeps its user stored (a baselining mode, not
+#: ephemeral: :func:`drift.kernel.batch._start`); the others the reference's step keeps or
+#: stages its own way.
 _MAY_ERASE = (SessionStart, MemoryErase, ModeChanged)
 _SIDE = (Semantic, NoticeShown, MemoryWriteBlocked)
 _AE, _CARE_OVERRIDE, _CARE_COOLOFF, _CRISIS, _LEGAL_HOLD = 2, 4, 8, 16, 32
@@ -108,7 +112,9 @@ class EventColumns:
                 if body.reflection:
                     f |= EV_REFLECTION
             else:
-                kinds.append(KIND_MAY_ERASE if isinstance(body, _MAY_ERASE)
+                kinds.append(KIND_START if isinstance(body, SessionStart) and not e.ephemeral
+                             and body.mode.keeps_baselines
+                             else KIND_MAY_ERASE if isinstance(body, _MAY_ERASE)
                              else KIND_SIDE if isinstance(body, _SIDE) else KIND_OTHER)
                 rows.append(_NO_ROW)
             flags.append(f)

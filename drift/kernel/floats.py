@@ -16,7 +16,7 @@ from typing import cast
 import llvmlite.binding as llvm
 import numpy as np
 import numpy.typing as npt
-from numba import types
+from numba import config, types
 from numba.extending import get_cython_function_address
 
 from drift.kernel.jit import compiled
@@ -25,7 +25,12 @@ from drift.kernel.jit import compiled
 def external(name: str, address: int, args: int) -> Callable[..., float]:
     """The C function at ``address``, callable from compiled code by a symbol of its own
     (so the compiled code refers to it by name, numba's disk cache stays usable, and LLVM
-    does not take it for a function it knows and rewrite it)."""
+    does not take it for a function it knows and rewrite it). With ``NUMBA_DISABLE_JIT=1``
+    the kernels run as Python and call it through ctypes."""
+    if getattr(config, "DISABLE_JIT", False):  # numba.config sets it from the environment
+        c_double = ctypes.c_double
+        return cast(Callable[..., float],
+                    ctypes.CFUNCTYPE(c_double, *([c_double] * args))(address))
     symbol = f"continuity_drift_{name}"
     llvm.add_symbol(symbol, address)
     return cast(Callable[..., float],

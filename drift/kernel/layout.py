@@ -1,4 +1,5 @@
-"""Where each part of a user's kernel state sits in the columns, and the event codes.
+"""Where each part of a user's kernel state sits in the columns, how the guard's blocking
+states and the expiry hint are written there, and the event codes.
 
 A user's slot is one row in each of three arrays: ``icols`` (int64: counts, flags,
 the guard's streak), ``fcols`` (float64: the clock, the open session's last event
@@ -17,7 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from drift.baseline import UserBaselines
 from drift.model import FEATURES, DriftConfig
+from drift.state import UserState
 
 N_FEATURES = len(FEATURES)
 
@@ -62,6 +65,7 @@ KIND_OTHER = 1
 KIND_MAY_ERASE = 2  # session_start, memory_erase, continuity_mode_changed
 KIND_SIDE = 3  # semantic, model_change_notice_shown, memory_write_blocked: no effects, and
 # of the open session only fields the columns do not hold change (drift.fold.dispatch)
+KIND_START = 4  # session_start: it may erase too (a start in a lower mode)
 EV_EPHEMERAL = 1
 EV_BLOCKING_SHIFT = 1  # BLOCKING_NAMES bits start at bit 1 of an event's flags
 EV_REFLECTION = 64
@@ -72,11 +76,52 @@ ST_APPLIED = 1
 ST_DUPLICATE = 2
 ST_SIDE = 3  # taken; its change to the open session's other fields is the caller's to make
 ST_SCORED = 4  # a checkpoint or re-attunement turn, taken; the caller scores it next
+ST_STARTED = 5  # a session start with no session open, taken for the clock and the ring; the
+# caller opens the session next (drift.fold.dispatch), or hands it to the reference whole
 
 #: A baseline can be past its TTL from one second before its hint: a margin far wider than
 #: the rounding of ``now - used > ttl`` at epoch seconds, so the kernel only ever hands off
 #: early (the reference then decides exactly).
 EXPIRY_SLACK_S = 1.0
+
+
+_MASKS = {tuple(n for b, n in enumerate(BLOCKING_NAMES) if m >> b & 1): m for m in range(32)}
+_NAMES = {m: names for names, m in _MASKS.items()}
+
+
+def blocking_mask(blocking: tuple[str, ...]) -> int:
+    """The bit mask of a guard's blocking states; -1 if they are not in the guard's order.
+
+    >>> blocking_mask(("ae_active", "crisis")), blocking_mask(()), blocking_mask(("crisis", "x"))
+    (9, 0, -1)
+    """
+    return _MASKS.get(blocking, -1)
+
+
+def blocking_names(mask: int) -> tuple[str, ...]:
+    """
+    >>> blocking_names(9)
+    ('ae_active', 'crisis')
+    """
+    return _NAMES[mask]
+
+
+def expiry_hint(state: UserState, baselines: UserBaselines, config: DriftConfig) -> float:
+    """An event time before which none of ``baselines`` can be past its TTL (the kernel
+    hands off from there; :func:`drift.erasure.expiry_due` decides exactly).
+
+    >>> expiry_hint(UserState("u"), UserBaselines(), DriftConfig())
+    inf
+    """
+    metas = baselines.metas()
+    if not metas:
+        return float("inf")
+    used = state.last_used_s
+    soonest = float("inf")
+    for m in metas:  # a loop, not min() over a generator: this runs at every session's start
+        soonest = min(soonest, max(m.created_at_s, used) + config.ttl_s(m.mode))
+    return soonest - EXPIRY_SLACK_S
+
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,16 @@
 * a turn that reaches a checkpoint or the re-attunement turn is taken like a plain one
   and marked ``ST_SCORED``, and the kernel returns its index: the caller scores it
   (:func:`drift.model_change.turn_reached`, on the turn log's rows the columns hold)
-  and calls again from the next event.
+  and calls again from the next event;
+* a ``session_start`` (of those :mod:`drift.kernel.events` marks ``KIND_START``) with no
+  session open moves the clock and keeps the fingerprint, is marked ``ST_STARTED``, and
+  the kernel returns its index: the caller opens the session (:func:`drift.fold.dispatch`
+  on the state object, the session written into the slot) or, if the slot does not take
+  it, puts the slot back and hands the start over whole.
 
-Before an event it marks ``ST_SIDE`` or ``ST_SCORED`` the kernel copies the slot into
-``saved_*``: should the caller's part raise, the caller puts it back, and the event has
-changed nothing (as a step that raises).
+Before an event it marks ``ST_SIDE``, ``ST_SCORED`` or ``ST_STARTED`` the kernel copies the
+slot into ``saved_*``: should the caller's part raise, the caller puts it back, and the
+event has changed nothing (as a step that raises).
 
 It stops at the first event it cannot take and returns its index: any other event
 type, a turn of a session that is not open, a turn by whose time an idle close or an
@@ -65,6 +70,7 @@ from drift.kernel.layout import (
     I_WINDOW_N,
     KIND_MAY_ERASE,
     KIND_SIDE,
+    KIND_START,
     KIND_TURN,
     MEMORY_ONLY,
     N_FEATURES,
@@ -74,6 +80,7 @@ from drift.kernel.layout import (
     ST_DUPLICATE,
     ST_SCORED,
     ST_SIDE,
+    ST_STARTED,
 )
 
 _SIGNATURE = ("i8(i8, b1, i8[::1], i8[::1], f8[::1], u8[::1], i8[::1], i8[::1], f8[:, ::1], "
@@ -118,6 +125,34 @@ def _add_turn(s: int, i: int, n_turns: int, ev_rows: npt.NDArray[np.float64],
     for j in range(N_FEATURES):
         tcols[r, t_late + late * N_FEATURES + j] = ev_rows[i, j]
     icols[s, I_LATE] = late + 1
+
+
+@compiled("void(i8, i8[:, ::1], f8[:, ::1], f8[:, ::1], u8[:, ::1], i8[::1], f8[::1], "
+          "f8[::1], u8[::1])")
+def _save(s: int, icols: npt.NDArray[np.int64], fcols: npt.NDArray[np.float64],
+          tcols: npt.NDArray[np.float64], rings: npt.NDArray[np.uint64],
+          saved_i: npt.NDArray[np.int64], saved_f: npt.NDArray[np.float64],
+          saved_t: npt.NDArray[np.float64], saved_r: npt.NDArray[np.uint64]) -> None:
+    """Slot ``s`` (and its turn row) copied aside, for its caller to put back should its
+    part of the event raise."""
+    saved_i[:] = icols[s]
+    saved_f[:] = fcols[s]
+    if icols[s, I_TROW] >= 0:
+        saved_t[:] = tcols[icols[s, I_TROW]]
+    saved_r[:] = rings[s]
+
+
+@compiled("void(i8, u8, i8, i8, i8[:, ::1], u8[:, ::1])")
+def _keep(s: int, fp: int, ring_len: int, cap_ring: int, icols: npt.NDArray[np.int64],
+          rings: npt.NDArray[np.uint64]) -> None:
+    """The dedupe ring of slot ``s`` keeps ``fp``, dropping the oldest when full."""
+    if ring_len >= cap_ring:
+        head = icols[s, I_RING_HEAD]
+        rings[s, head] = fp
+        icols[s, I_RING_HEAD] = (head + 1) % cap_ring
+    else:
+        rings[s, ring_len] = fp
+        icols[s, I_RING_LEN] = ring_len + 1
 
 
 @compiled(_SIGNATURE)
@@ -166,7 +201,8 @@ def apply_turns(start: int, stop_before_erasure: bool,
         ts = max(ts, clock)  # max(event.ts_s, state.clock_s)
         kind = ev_kind[i]
         expiry_near = ts >= fcols[s, F_EXPIRE]
-        if stop_before_erasure and (kind == KIND_MAY_ERASE or expiry_near):
+        if stop_before_erasure and (kind == KIND_MAY_ERASE or kind == KIND_START
+                                    or expiry_near):
             return i
         fp = ev_fp[i]
         ring_len = icols[s, I_RING_LEN]
@@ -180,9 +216,18 @@ def apply_turns(start: int, stop_before_erasure: bool,
             continue
         if (flags & MEMORY_ONLY) != 0 and ev_ts[i] < fcols[s, F_STARTED]:
             return i  # older than a memory-only user's open session: the reference's rule
-        if (kind != KIND_TURN and kind != KIND_SIDE) or expiry_near:
+        if (kind != KIND_TURN and kind != KIND_SIDE and kind != KIND_START) or expiry_near:
             return i
         has_session = (flags & HAS_SESSION) != 0
+        if kind == KIND_START:
+            if has_session:
+                return i  # it ends the open session first (or is a repeat of its start)
+            _save(s, icols, fcols, tcols, rings, saved_i, saved_f, saved_t, saved_r)
+            _keep(s, fp, ring_len, cap_ring, icols, rings)
+            fcols[s, F_CLOCK] = ts
+            icols[s, I_FLAGS] = flags | DIRTY_USER
+            status[i] = ST_STARTED
+            return i  # the caller opens the session before the user's next event
         if has_session and fcols[s, F_LAST] + idle_s <= ts:
             return i  # the idle close is due first
         matched = has_session and icols[s, I_SESSION] == ev_session[i]
@@ -203,19 +248,8 @@ def apply_turns(start: int, stop_before_erasure: bool,
                     n_turns >= checkpoint_turn
                     and (n_turns - checkpoint_turn) % checkpoint_every == 0)
         if scored or kind == KIND_SIDE:  # the slot as before, should its caller's part raise
-            saved_i[:] = icols[s]
-            saved_f[:] = fcols[s]
-            if icols[s, I_TROW] >= 0:
-                saved_t[:] = tcols[icols[s, I_TROW]]
-            saved_r[:] = rings[s]
-        # Taken: the dedupe ring keeps the fingerprint, dropping the oldest when full.
-        if ring_len >= cap_ring:
-            head = icols[s, I_RING_HEAD]
-            rings[s, head] = fp
-            icols[s, I_RING_HEAD] = (head + 1) % cap_ring
-        else:
-            rings[s, ring_len] = fp
-            icols[s, I_RING_LEN] = ring_len + 1
+            _save(s, icols, fcols, tcols, rings, saved_i, saved_f, saved_t, saved_r)
+        _keep(s, fp, ring_len, cap_ring, icols, rings)
         fcols[s, F_CLOCK] = ts
         flags |= DIRTY_USER
         if matched:

@@ -10,6 +10,7 @@ from collections.abc import Iterator, MutableMapping
 from typing import TYPE_CHECKING
 
 from drift.baseline import UserBaselines
+from drift.kernel.layout import F_EXPIRE, F_LAST, HAS_SESSION, I_FLAGS, PY_ONLY
 from drift.state import UserState
 
 if TYPE_CHECKING:
@@ -70,6 +71,33 @@ class StateView(_SlotView, MutableMapping[str, UserState]):
         cols = self._cols
         cols._shells[s] = None
         cols._load(s, UserState(cols._users[s]), cols.baselines_at(s))
+
+    def may_be_due(self, user_id: str, ts_s: float) -> bool:
+        """Whether :func:`drift.fold.sweep` at event time ``ts_s`` may change the user's
+        state: an idle close or an expiry may be due (:func:`drift.fold.due`), or the user
+        is memory-only outside a session. Read from the slot without building the state;
+        False only where the sweep surely changes nothing, so a tick, and the check for
+        one, build only the states of the users it may reach (and leave the others
+        stripped).
+
+        >>> from drift.kernel.columns import UserColumns
+        >>> from drift.model import DriftConfig, Mode
+        >>> cols = UserColumns(DriftConfig())
+        >>> cols.states["u"] = UserState("u", Mode.FULL, durable=True)
+        >>> cols.states.may_be_due("u", 1e9), cols.states.may_be_due("nobody", 1e9)
+        (False, False)
+        """
+        cols = self._cols
+        s = cols._index.get(user_id)
+        shell = None if s is None else cols._shells[s]
+        if shell is None:
+            return False
+        flags = int(cols.icols[s, I_FLAGS])
+        if flags & PY_ONLY or ts_s >= cols.fcols[s, F_EXPIRE]:
+            return True
+        if flags & HAS_SESSION:
+            return bool(cols.fcols[s, F_LAST] + cols.config.idle_timeout_s <= ts_s)
+        return shell.memory_only
 
 
 class BaselineView(_SlotView, MutableMapping[str, UserBaselines]):

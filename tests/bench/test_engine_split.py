@@ -23,6 +23,8 @@ def test_engine_split_times_every_part_of_a_real_run() -> None:
                  "baseline fold at session end", "session start",
                  "turns the kernel scored", "event columns (EventColumns.of)",
                  "their rows from the columns (looked_at)",
+                 "session starts the kernel took (_start)",
+                 "their session written into the slot (open_session)",
                  "state built from the columns (state_at)",
                  "state loaded into the columns (put_at)"):
         assert int(rows[part]["calls"]) > 0, part

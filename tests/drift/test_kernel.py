@@ -250,13 +250,32 @@ def test_the_kernel_takes_turns_and_scores_checkpoints_and_hands_off_session_eve
     expected = reference(events, DriftConfig())
     got, handoffs = kernel(events, DriftConfig(), 1000)
     assert_same(expected, got, "three sessions")
-    # Per session the start and the end go to the reference; turns 5 (a checkpoint and
-    # the re-attunement) and 10 (a checkpoint) are scored on the columns' rows.
-    assert handoffs == 3 * 2
+    # Per session the end goes to the reference (the start is the kernel's: no session is
+    # open, and it opens one on the state object); turns 5 (a checkpoint and the
+    # re-attunement) and 10 (a checkpoint) are scored on the columns' rows.
+    assert handoffs == 3
     scored = [k for k, e in enumerate(events) if isinstance(e.body, Turn)
               and e.body.turn in (5, 10) and k > len(events) // 3]
     assert {type(o).__name__ for k in scored for o in got.effects[k].outputs} == {
         "DriftScore", "ReattuneQualityScore"}  # the first session has no baseline
+
+
+def test_a_session_start_is_the_kernels_unless_it_ends_one_or_keeps_nothing() -> None:
+    # The second session runs on another model: its start (taken by the kernel, opened on
+    # the state object) answers with a notice and a posture downgrade. The third is left
+    # open, so the fourth's start ends it first, and the fourth keeps nothing (session
+    # only): that start is the reference's, and so is each session's end.
+    full, other = Plan(Mode.FULL, 0, "g1", 6, 0.0, (), True, 60.0), \
+        Plan(Mode.FULL, 1, "g1", 6, 0.0, (), True, 60.0)
+    log = [full, other, replace(other, end=False), replace(other, mode=Mode.SESSION_ONLY)]
+    events = _users_log([log], 0, 0, 0)
+    expected = reference(events, DriftConfig())
+    got, handoffs = kernel(events, DriftConfig(), 1000)
+    assert_same(expected, got, "starts")
+    starts = [k for k, e in enumerate(events) if isinstance(e.body, SessionStart)]
+    assert [o.action.value for o in got.effects[starts[1]].outputs] == [  # type: ignore[union-attr]
+        "model_change_notice", "posture_downgrade"]
+    assert handoffs == 2 + 1 + 1  # two ends, the fourth start, its session's end
 
 
 def test_a_state_that_does_not_fit_the_columns_is_folded_by_the_reference() -> None:

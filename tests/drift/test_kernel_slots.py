@@ -5,7 +5,7 @@ session's turn log (the columns hold them; ``docs/performance.md``, "Per-user st
 state read back, and every effect of the events folded on from it, are still the
 reference's, to the byte. A tick, and the
 worker's check for one, build only the states of the users whose sweep may change them
-(:meth:`drift.kernel.UserColumns.may_be_due`): that check must never say no where the
+(:meth:`drift.kernel.views.StateView.may_be_due`): that check must never say no where the
 sweep would do something.
 """
 
@@ -144,8 +144,8 @@ def test_the_golden_log_is_checked_for_a_tick_only_where_a_sweep_acts() -> None:
     for user_id in {e.user_id for e in events} & set(cols.states):
         for ts in _times(cols, user_id, config):
             if _sweep_moves(cols, user_id, ts, config):
-                assert cols.may_be_due(user_id, ts), (user_id, ts)
-            elif not cols.may_be_due(user_id, ts):
+                assert cols.states.may_be_due(user_id, ts), (user_id, ts)
+            elif not cols.states.may_be_due(user_id, ts):
                 said_no += 1
     assert said_no, "the check passes over users the sweep leaves as they are"
 
@@ -158,7 +158,7 @@ def test_any_log_is_checked_for_a_tick_wherever_a_sweep_acts(
     for user_id in {e.user_id for e in events} & set(cols.states):
         for ts in _times(cols, user_id, config):
             if _sweep_moves(cols, user_id, ts, config):
-                assert cols.may_be_due(user_id, ts), (seed, batch, user_id, ts)
+                assert cols.states.may_be_due(user_id, ts), (seed, batch, user_id, ts)
 
 
 def test_a_memory_only_user_outside_a_session_is_checked_the_sweep_forgets_them() -> None:
@@ -166,4 +166,4 @@ def test_a_memory_only_user_outside_a_session_is_checked_the_sweep_forgets_them(
     cols = UserColumns(config)
     cols.states["u"] = UserState("u", Mode.SESSION_ONLY, clock_s=5.0)
     assert _sweep_moves(cols, "u", 6.0, config)
-    assert cols.may_be_due("u", 6.0)
+    assert cols.states.may_be_due("u", 6.0)
