@@ -173,8 +173,9 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
             registry=r),
         kernel_handoffs=Counter(
             "continuity_kernel_handoffs",
-            "Events the compiled kernel handed to the reference fold (session starts and "
-            "ends, checkpoints, mode and model changes, erasures)", registry=r),
+            "Events the compiled kernel handed to the reference fold whole (session ends, "
+            "starts that end an open session or keep nothing, memory writes, mode changes, "
+            "erasures, events by whose time an idle close or an expiry is due)", registry=r),
         unreadable_batches=Counter(
             "continuity_unreadable_batches",
             "Input record batches that could not be read (CRC, codec, corrupt bytes), each "
