@@ -10,8 +10,8 @@ limits the worker can be read as a table instead of a flame graph:
 - the fold (``drift.kernel.fold_batch``): the batch's event columns, the compiled kernel
   (``apply_turns``), the turns it took that reach a checkpoint (scored by its caller, on
   rows read back from the columns: their checkpoint, and at the re-attunement turn its
-  re-attunement), the session starts it took (opened on the state object, the session
-  written into the slot), the events it hands to the reference
+  re-attunement), the session starts and ends it took (opened or closed on the state
+  object, the result written into the slot), the events it hands to the reference
   (``drift.fold.step``): re-attunement, the baseline fold at session end, the session
   start; and the hand-offs' conversions, a user's state built from the columns before
   the reference's step and loaded back into them after it;
@@ -73,6 +73,10 @@ PARTS = (
      "fold (fold_batch)"),
     ("their session written into the slot (open_session)", "drift.kernel.columns",
      "UserColumns.open_session", "session starts the kernel took (_start)"),
+    ("session ends the kernel took (_end)", "drift.kernel.batch", "_end",
+     "fold (fold_batch)"),
+    ("their baseline fold", "drift.fold", "fold_session",
+     "session ends the kernel took (_end)"),
     ("state built from the columns (state_at)", "drift.kernel.columns", "UserColumns.state_at",
      "fold (fold_batch)"),
     ("state loaded into the columns (put_at)", "drift.kernel.columns", "UserColumns.put_at",

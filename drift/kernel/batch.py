@@ -33,6 +33,7 @@ from drift.kernel.layout import (
     F_CLOCK,
     ST_APPLIED,
     ST_DUPLICATE,
+    ST_ENDED,
     ST_SCORED,
     ST_SIDE,
     ST_STARTED,
@@ -144,9 +145,9 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
                 outcomes[j] = exc
             i = j + 1
             continue
-        if taken == ST_STARTED:
+        if taken == ST_STARTED or taken == ST_ENDED:
             try:
-                started = _start(columns, s, event, config)
+                started = (_start if taken == ST_STARTED else _end)(columns, s, event, config)
             except Exception as exc:  # noqa: BLE001 - as a step that raises: no change
                 columns.restore(s)
                 outcomes[j] = exc
@@ -156,7 +157,7 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
                 outcomes[j], befores[j] = started
                 i = j + 1
                 continue
-            columns.restore(s)  # not one the columns take as it is: the reference's, whole
+            columns.restore(s)  # not one the slot takes as it is: the reference's, whole
         state, baselines = columns.state_at(s), columns.baselines_at(s)
         if stop_before_erasure and _may_erase(state, baselines, event, config):
             stopped_at = j
@@ -214,6 +215,23 @@ def _start(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig
                                                                  result.baselines):
         return None
     return result, before
+
+
+def _end(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig
+         ) -> tuple[Step, UserState] | None:
+    """The session end the kernel marked ``ST_ENDED`` (of the open session, nothing due),
+    applied to slot ``s``'s state as :func:`drift.fold.step` applies it after the clock, the
+    ring and ``last_s`` (:func:`drift.fold.dispatch`), and the result loaded into the slot:
+    its step and the state it was applied to. None, changing nothing in the slot, where the
+    user is left memory-only: the caller hands it over whole."""
+    state = columns.state_at(s)
+    ctx = StepContext(event.event_id, event.session_id, state.clock_s, config,
+                      score_attunement, event.ts_s)
+    result = dispatch(state, columns.baselines_at(s), event, ctx)
+    if result.state.memory_only:
+        return None
+    columns.put_at(s, result.state, result.baselines)
+    return result, state
 
 
 def _score(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -> Effects:

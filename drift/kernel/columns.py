@@ -310,11 +310,13 @@ class UserColumns:
                          .reshape(n, N_FEATURES).tolist()))
 
     def restore(self, s: int) -> None:
-        """Put back slot ``s``'s rows as the kernel saved them (:attr:`saved`)."""
+        """Put back slot ``s``'s rows as the kernel saved them (:attr:`saved`); the state is
+        built from them at its next read."""
         ints, floats, turn_row, ring = self.saved
         self.icols[s], self.fcols[s], self.rings[s] = ints, floats, ring
         if ints[I_TROW] >= 0:
             self.turn_rows.tcols[ints[I_TROW]] = turn_row
+        self.icols[s, I_FLAGS] |= _DIRTY  # the state object may have been built since
 
     def keep_looked(self, s: int, state: UserState) -> None:
         """Hold ``state``, scored from :meth:`looked_at`'s, as slot ``s``'s state object:

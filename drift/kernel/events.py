@@ -22,6 +22,7 @@ from drift.kernel.columns import UserColumns
 from drift.kernel.layout import (
     EV_EPHEMERAL,
     EV_REFLECTION,
+    KIND_END,
     KIND_MAY_ERASE,
     KIND_OTHER,
     KIND_SIDE,
@@ -36,6 +37,7 @@ from drift.model import (
     ModeChanged,
     NoticeShown,
     Semantic,
+    SessionEnd,
     SessionStart,
     Turn,
 )
@@ -114,6 +116,7 @@ class EventColumns:
             else:
                 kinds.append(KIND_START if isinstance(body, SessionStart) and not e.ephemeral
                              and body.mode.keeps_baselines
+                             else KIND_END if isinstance(body, SessionEnd) and not e.ephemeral
                              else KIND_MAY_ERASE if isinstance(body, _MAY_ERASE)
                              else KIND_SIDE if isinstance(body, _SIDE) else KIND_OTHER)
                 rows.append(_NO_ROW)

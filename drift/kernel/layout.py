@@ -66,6 +66,7 @@ KIND_MAY_ERASE = 2  # session_start, memory_erase, continuity_mode_changed
 KIND_SIDE = 3  # semantic, model_change_notice_shown, memory_write_blocked: no effects, and
 # of the open session only fields the columns do not hold change (drift.fold.dispatch)
 KIND_START = 4  # session_start: it may erase too (a start in a lower mode)
+KIND_END = 5  # session_end
 EV_EPHEMERAL = 1
 EV_BLOCKING_SHIFT = 1  # BLOCKING_NAMES bits start at bit 1 of an event's flags
 EV_REFLECTION = 64
@@ -78,6 +79,8 @@ ST_SIDE = 3  # taken; its change to the open session's other fields is the calle
 ST_SCORED = 4  # a checkpoint or re-attunement turn, taken; the caller scores it next
 ST_STARTED = 5  # a session start with no session open, taken for the clock and the ring; the
 # caller opens the session next (drift.fold.dispatch), or hands it to the reference whole
+ST_ENDED = 6  # a session_end of the open session, taken for the clock, the ring and last_s;
+# the caller closes the session next (drift.fold.dispatch), or hands it over whole
 
 #: A baseline can be past its TTL from one second before its hint: a margin far wider than
 #: the rounding of ``now - used > ttl`` at epoch seconds, so the kernel only ever hands off

@@ -68,7 +68,9 @@ from drift.kernel.layout import (
     I_TROW,
     I_TURNS,
     I_WINDOW_N,
+    KIND_END,
     KIND_MAY_ERASE,
+    KIND_OTHER,
     KIND_SIDE,
     KIND_START,
     KIND_TURN,
@@ -78,6 +80,7 @@ from drift.kernel.layout import (
     SESSION_EPHEMERAL,
     ST_APPLIED,
     ST_DUPLICATE,
+    ST_ENDED,
     ST_SCORED,
     ST_SIDE,
     ST_STARTED,
@@ -216,8 +219,8 @@ def apply_turns(start: int, stop_before_erasure: bool,
             continue
         if (flags & MEMORY_ONLY) != 0 and ev_ts[i] < fcols[s, F_STARTED]:
             return i  # older than a memory-only user's open session: the reference's rule
-        if (kind != KIND_TURN and kind != KIND_SIDE and kind != KIND_START) or expiry_near:
-            return i
+        if kind == KIND_OTHER or kind == KIND_MAY_ERASE or expiry_near:
+            return i  # the reference's (turns, side events, starts and ends may be taken)
         has_session = (flags & HAS_SESSION) != 0
         if kind == KIND_START:
             if has_session:
@@ -233,6 +236,16 @@ def apply_turns(start: int, stop_before_erasure: bool,
         matched = has_session and icols[s, I_SESSION] == ev_session[i]
         if not matched:
             return i  # a turn of a session not open (a memory-only user stays unseen)
+        if kind == KIND_END:
+            if (flags & (BASELINING | SESSION_EPHEMERAL | MEMORY_ONLY)) != BASELINING:
+                return i  # its user is left memory-only or not stored: the reference's
+            _save(s, icols, fcols, tcols, rings, saved_i, saved_f, saved_t, saved_r)
+            _keep(s, fp, ring_len, cap_ring, icols, rings)
+            fcols[s, F_CLOCK] = ts
+            fcols[s, F_LAST] = max(fcols[s, F_LAST], ts)
+            icols[s, I_FLAGS] = flags | DIRTY_USER | DIRTY_SESSION
+            status[i] = ST_ENDED
+            return i  # the caller closes the session before the user's next event
         baselining = matched and (flags & BASELINING) != 0
         n_turns = icols[s, I_TURNS] + 1
         scored = False

@@ -19,12 +19,13 @@ def test_engine_split_times_every_part_of_a_real_run() -> None:
     assert int(rows["fold (fold_batch)"]["calls"]) == 12
     assert 0 < int(rows["hand-offs (drift.fold.step)"]["calls"]) < 6000
     # The simulated users reach checkpoints, session ends and re-attunement.
-    for part in ("scoring at checkpoints", "attunement test", "re-attunement",
-                 "baseline fold at session end", "session start",
+    for part in ("scoring at checkpoints", "attunement test",
+                 "the re-attunement turn's re-attunement (reattune)", "session start",
                  "turns the kernel scored", "event columns (EventColumns.of)",
                  "their rows from the columns (looked_at)",
                  "session starts the kernel took (_start)",
                  "their session written into the slot (open_session)",
+                 "session ends the kernel took (_end)", "their baseline fold",
                  "state built from the columns (state_at)",
                  "state loaded into the columns (put_at)"):
         assert int(rows[part]["calls"]) > 0, part

@@ -40,6 +40,7 @@ from drift.model import (
     Mode,
     ModelTriple,
     Semantic,
+    SessionEnd,
     SessionStart,
     Turn,
     event_type_of,
@@ -244,27 +245,28 @@ def test_the_guard_folds_every_blocking_state_as_the_reference(
                 f"batch={batch}")
 
 
-def test_the_kernel_takes_turns_and_scores_checkpoints_and_hands_off_session_events(
+def test_the_kernel_takes_turns_and_scores_checkpoints_and_takes_starts_and_ends(
         ) -> None:
     events = _users_log([[Plan(Mode.FULL, 0, "g1", 12, 0.0, (), True, 60.0)] * 3], 0, 0, 0)
     expected = reference(events, DriftConfig())
     got, handoffs = kernel(events, DriftConfig(), 1000)
     assert_same(expected, got, "three sessions")
-    # Per session the end goes to the reference (the start is the kernel's: no session is
-    # open, and it opens one on the state object); turns 5 (a checkpoint and the
-    # re-attunement) and 10 (a checkpoint) are scored on the columns' rows.
-    assert handoffs == 3
+    # Nothing goes to the reference: a start opens its session on the state object and an
+    # end closes it there (the slot keeps the clock, the ring and last_s); turns 5 (a
+    # checkpoint and the re-attunement) and 10 (a checkpoint) are scored on the columns' rows.
+    assert handoffs == 0
     scored = [k for k, e in enumerate(events) if isinstance(e.body, Turn)
               and e.body.turn in (5, 10) and k > len(events) // 3]
     assert {type(o).__name__ for k in scored for o in got.effects[k].outputs} == {
         "DriftScore", "ReattuneQualityScore"}  # the first session has no baseline
 
 
-def test_a_session_start_is_the_kernels_unless_it_ends_one_or_keeps_nothing() -> None:
+def test_a_session_start_and_end_are_the_kernels_unless_they_end_one_or_keep_nothing(
+        ) -> None:
     # The second session runs on another model: its start (taken by the kernel, opened on
     # the state object) answers with a notice and a posture downgrade. The third is left
     # open, so the fourth's start ends it first, and the fourth keeps nothing (session
-    # only): that start is the reference's, and so is each session's end.
+    # only): that start is the reference's, and so is that session's end.
     full, other = Plan(Mode.FULL, 0, "g1", 6, 0.0, (), True, 60.0), \
         Plan(Mode.FULL, 1, "g1", 6, 0.0, (), True, 60.0)
     log = [full, other, replace(other, end=False), replace(other, mode=Mode.SESSION_ONLY)]
@@ -275,7 +277,7 @@ def test_a_session_start_is_the_kernels_unless_it_ends_one_or_keeps_nothing() ->
     starts = [k for k, e in enumerate(events) if isinstance(e.body, SessionStart)]
     assert [o.action.value for o in got.effects[starts[1]].outputs] == [  # type: ignore[union-attr]
         "model_change_notice", "posture_downgrade"]
-    assert handoffs == 2 + 1 + 1  # two ends, the fourth start, its session's end
+    assert handoffs == 2  # the fourth start, and its session's end
 
 
 def test_a_state_that_does_not_fit_the_columns_is_folded_by_the_reference() -> None:
@@ -357,12 +359,22 @@ def _semantic(e: FhrEvent) -> bool:
     return isinstance(e.body, Semantic)
 
 
+def _start(e: FhrEvent) -> bool:
+    return isinstance(e.body, SessionStart)
+
+
+def _end(e: FhrEvent) -> bool:
+    return isinstance(e.body, SessionEnd)
+
+
 @pytest.mark.parametrize(("part", "victim_of"), [("turn_reached", _scored_turn),
-                                                  ("dispatch", _semantic)])
+                                                  ("dispatch", _semantic),
+                                                  ("dispatch", _start), ("dispatch", _end)])
 def test_an_event_whose_part_outside_the_kernel_raises_changes_nothing(
         monkeypatch: pytest.MonkeyPatch, part: str, victim_of: Any) -> None:
     """A turn the kernel took and its caller scores (``turn_reached``), or a semantic
-    event whose rest its caller applies (``dispatch``): if that part raises, the slot is
+    event, a session's start or its end, whose rest its caller applies (``dispatch``): if
+    that part raises, the slot is
     put back as it was before the event, and the event's outcome is the exception, as the
     reference's step raising on it; the next events go on from there."""
     import drift.fold as fold_module
