@@ -20,6 +20,9 @@ def test_producer_cost_publishes_the_engines_outputs_each_way() -> None:
     # confluent-kafka is a development dependency, so all three ran and were timed.
     assert set(rows) == {"aiokafka send (the worker's)", "aiokafka batch interface",
                          "librdkafka (confluent-kafka)"}, out
+    # The thread's CPU is part of the process's; getrusage counts the process in the
+    # kernel's ticks, so the two may differ by a few milliseconds over the run's messages.
+    slack = 0.05 + 1e6 * 0.01 / int(head["messages"].replace(",", ""))
     for row in rows.values():
-        assert float(row["thread"]) > 0 and float(row["thread"]) <= float(row["cpu"]) + 0.05
+        assert float(row["thread"]) > 0 and float(row["thread"]) <= float(row["cpu"]) + slack
     assert "reproduce: python bench/producer_cost.py --records 3000 --users 30" in out
