@@ -10,8 +10,9 @@ rest of it (:func:`drift.fold.dispatch`) is applied here to the user's state obj
 before the kernel goes on. A turn that reaches a checkpoint is the kernel's too, and the
 checkpoint (and the re-attunement turn) is scored here on the rows the columns hold,
 with the reference's own function (:func:`drift.model_change.turn_reached`), before the
-user's next event; so is a session start with no session open, whose session is opened
-here on the user's state object (:func:`drift.fold.dispatch`) and written into the slot.
+user's next event; so are a session start with no session open and the open session's
+end, which are applied here to the user's state (:func:`drift.fold.dispatch`), the result
+written into the slot.
 Events are therefore applied exactly in the order of the batch, and the effects are the
 ones the loop of ``step`` gives. Should the part done here raise, the kernel's part of
 that event is undone (the slot as the kernel saved it before the event): it changes
@@ -147,14 +148,14 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
             continue
         if taken == ST_STARTED or taken == ST_ENDED:
             try:
-                started = (_start if taken == ST_STARTED else _end)(columns, s, event, config)
+                applied = (_start if taken == ST_STARTED else _end)(columns, s, event, config)
             except Exception as exc:  # noqa: BLE001 - as a step that raises: no change
                 columns.restore(s)
                 outcomes[j] = exc
                 i = j + 1
                 continue
-            if started is not None:
-                outcomes[j], befores[j] = started
+            if applied is not None:
+                outcomes[j], befores[j] = applied
                 i = j + 1
                 continue
             columns.restore(s)  # not one the slot takes as it is: the reference's, whole
