@@ -47,10 +47,11 @@ from drift.outputs import NO_EFFECTS, Effects
 from drift.state import UserState
 
 Outcome = Step | Effects | Exception
-"""What one event did: a :class:`~drift.fold.Step` when the reference fold applied it,
-the :class:`~drift.outputs.Effects` when the kernel did (empty, a duplicate's, or the
-outputs of a checkpoint it reached), or the exception the reference raised (the user's
-state is then as before the event)."""
+"""What one event did: a :class:`~drift.fold.Step` when the reference fold applied it (or,
+for a session's start or end the kernel took, :func:`drift.fold.dispatch` did), the
+:class:`~drift.outputs.Effects` when the kernel did (empty, a duplicate's, or the outputs
+of a checkpoint it reached), or the exception the reference raised (the user's state is
+then as before the event)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +60,10 @@ class BatchFold:
 
     ``outcomes[i]`` is event ``i``'s :data:`Outcome`; with ``stopped_at`` set only the
     events before it were applied (and have outcomes). ``handoffs`` counts the events
-    the reference fold applied, ``stopped_at`` the first event left unapplied, and
-    ``befores[i]`` is the state a handed-off event ``i`` was applied to.
+    the reference fold applied whole, ``stopped_at`` the first event left unapplied, and
+    ``befores[i]`` is the state an event ``i`` whose outcome is a step was applied to
+    (for a start or an end the kernel took, its clock and ring may be older: read
+    ``persistable`` and ``memory_only`` of it, as the shell does).
     """
 
     outcomes: list[Outcome]
@@ -94,9 +97,10 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
       ``columns`` was made with. A user without a slot starts from
       :func:`drift.fold.initial`.
     * On return ``columns`` holds each user's state and baselines *after the
-      batch*. The :class:`~drift.fold.Step` of a handed-off event carries the state
-      right after that event (read it, e.g. ``persistable``, to carry out that
-      event's effects) but must not be written back into ``columns``.
+      batch*. A :class:`~drift.fold.Step` outcome carries the state right after that
+      event (read it, e.g. ``persistable``, to carry out that event's effects; after a
+      start the kernel took, its clock and ring are the columns') but must not be
+      written back into ``columns``.
     * ``outcomes[i]`` are event ``i``'s effects exactly as ``step`` would return them
       (the same outputs, writes and session summaries, ``DUPLICATE`` for an id seen
       before, ``NO_EFFECTS`` for a plain turn); an exception raised by the reference
