@@ -30,15 +30,7 @@ from drift.fold import DUPLICATE, Step, dispatch, initial, may_erase, step
 from drift.kernel.attunement import score_attunement
 from drift.kernel.columns import UserColumns
 from drift.kernel.events import EventColumns
-from drift.kernel.layout import (
-    F_CLOCK,
-    ST_APPLIED,
-    ST_DUPLICATE,
-    ST_ENDED,
-    ST_SCORED,
-    ST_SIDE,
-    ST_STARTED,
-)
+from drift.kernel.layout import ST_APPLIED, ST_DUPLICATE, ST_ENDED, ST_SCORED, ST_SIDE, ST_STARTED
 from drift.kernel.reattune import score_reattunement
 from drift.kernel.turns import apply_turns
 from drift.model import DriftConfig, FhrEvent
@@ -213,7 +205,7 @@ def _start(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig
     users its own way) or that the columns do not take: the caller hands it over whole."""
     before = columns.shell_of(event.user_id) or initial(event.user_id)
     baselines = columns.baselines_at(s)
-    ctx = StepContext(event.event_id, event.session_id, float(columns.fcols[s, F_CLOCK]),
+    ctx = StepContext(event.event_id, event.session_id, columns.clock_at(s),
                       config, score_attunement, event.ts_s)
     result = dispatch(before, baselines, event, ctx)
     if not result.state.persistable or not columns.open_session(s, result.state,
@@ -243,7 +235,7 @@ def _score(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -
     """What a turn the kernel took reaches (a checkpoint, the re-attunement turn), on the
     turn log's rows the columns hold (:func:`drift.model_change.turn_reached`, as the
     reference's turn); its outputs."""
-    ctx = StepContext(event.event_id, event.session_id, float(columns.fcols[s, F_CLOCK]),
+    ctx = StepContext(event.event_id, event.session_id, columns.clock_at(s),
                       config, score_attunement, event.ts_s, score_reattunement)
     state, outputs = turn_reached(columns.looked_at(s), columns.baselines_at(s), ctx)
     columns.keep_looked(s, state)

@@ -25,6 +25,7 @@ from drift.kernel.convert import load, load_opened, materialize, strip
 from drift.kernel.layout import (
     DIRTY_SESSION,
     DIRTY_USER,
+    F_CLOCK,
     F_EXPIRE,
     F_WIDTH,
     I_CURRENT,
@@ -269,10 +270,13 @@ class UserColumns:
         assert shell is not None, "a slot with an open session holds its state object"
         return shell
 
+    def clock_at(self, s: int) -> float:
+        """Slot ``s``'s clock, as the kernel moved it (the state object's may be older)."""
+        return float(self.fcols[s, F_CLOCK])
+
     def open_session(self, s: int, state: UserState, baselines: UserBaselines) -> bool:
-        """Hold ``state`` and ``baselines`` after a start the kernel took opened a session:
-        :func:`~drift.kernel.convert.load_opened` (False, changing nothing, if it does not
-        take them)."""
+        """Hold ``state`` and ``baselines`` after a start the kernel took opened a session
+        (:func:`~drift.kernel.convert.load_opened`; False, changing nothing, if not)."""
         self._turn_row(s, True)
         if not load_opened(state, self._hint(s, state, baselines), s, self.icols, self.fcols,
                            self.turn_rows.tcols, self.geometry, self.session_code):
@@ -310,8 +314,7 @@ class UserColumns:
                          .reshape(n, N_FEATURES).tolist()))
 
     def restore(self, s: int) -> None:
-        """Put back slot ``s``'s rows as the kernel saved them (:attr:`saved`); the state is
-        built from them at its next read."""
+        """The kernel's saved rows of slot ``s`` put back (:attr:`saved`), marked to rebuild."""
         ints, floats, turn_row, ring = self.saved
         self.icols[s], self.fcols[s], self.rings[s] = ints, floats, ring
         if ints[I_TROW] >= 0:

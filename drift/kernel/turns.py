@@ -70,7 +70,6 @@ from drift.kernel.layout import (
     I_WINDOW_N,
     KIND_END,
     KIND_MAY_ERASE,
-    KIND_OTHER,
     KIND_SIDE,
     KIND_START,
     KIND_TURN,
@@ -219,8 +218,9 @@ def apply_turns(start: int, stop_before_erasure: bool,
             continue
         if (flags & MEMORY_ONLY) != 0 and ev_ts[i] < fcols[s, F_STARTED]:
             return i  # older than a memory-only user's open session: the reference's rule
-        if kind == KIND_OTHER or kind == KIND_MAY_ERASE or expiry_near:
-            return i  # the reference's (turns, side events, starts and ends may be taken)
+        if (kind != KIND_TURN and kind != KIND_SIDE and kind != KIND_START
+                and kind != KIND_END) or expiry_near:
+            return i
         has_session = (flags & HAS_SESSION) != 0
         if kind == KIND_START:
             if has_session:
