@@ -22,11 +22,16 @@
   session open moves the clock and keeps the fingerprint, is marked ``ST_STARTED``, and
   the kernel returns its index: the caller opens the session (:func:`drift.fold.dispatch`
   on the state object, the session written into the slot) or, if the slot does not take
-  it, puts the slot back and hands the start over whole.
+  it, puts the slot back and hands the start over whole;
+* a ``session_end`` (of those marked ``KIND_END``) of the open session, for a stored user
+  whose session keeps baselines, moves the clock, the ring and ``last_s`` as a side event
+  does, is marked ``ST_ENDED``, and the kernel returns its index: the caller closes the
+  session (:func:`drift.fold.dispatch` on the state built from the slot, the result loaded
+  back) or hands it over whole.
 
-Before an event it marks ``ST_SIDE``, ``ST_SCORED`` or ``ST_STARTED`` the kernel copies the
-slot into ``saved_*``: should the caller's part raise, the caller puts it back, and the
-event has changed nothing (as a step that raises).
+Before an event it marks ``ST_SIDE``, ``ST_SCORED``, ``ST_STARTED`` or ``ST_ENDED`` the
+kernel copies the slot into ``saved_*``: should the caller's part raise, the caller puts it
+back, and the event has changed nothing (as a step that raises).
 
 It stops at the first event it cannot take and returns its index: any other event
 type, a turn of a session that is not open, a turn by whose time an idle close or an
@@ -129,34 +134,6 @@ def _add_turn(s: int, i: int, n_turns: int, ev_rows: npt.NDArray[np.float64],
     icols[s, I_LATE] = late + 1
 
 
-@compiled("void(i8, i8[:, ::1], f8[:, ::1], f8[:, ::1], u8[:, ::1], i8[::1], f8[::1], "
-          "f8[::1], u8[::1])")
-def _save(s: int, icols: npt.NDArray[np.int64], fcols: npt.NDArray[np.float64],
-          tcols: npt.NDArray[np.float64], rings: npt.NDArray[np.uint64],
-          saved_i: npt.NDArray[np.int64], saved_f: npt.NDArray[np.float64],
-          saved_t: npt.NDArray[np.float64], saved_r: npt.NDArray[np.uint64]) -> None:
-    """Slot ``s`` (and its turn row) copied aside, for its caller to put back should its
-    part of the event raise."""
-    saved_i[:] = icols[s]
-    saved_f[:] = fcols[s]
-    if icols[s, I_TROW] >= 0:
-        saved_t[:] = tcols[icols[s, I_TROW]]
-    saved_r[:] = rings[s]
-
-
-@compiled("void(i8, u8, i8, i8, i8[:, ::1], u8[:, ::1])")
-def _keep(s: int, fp: int, ring_len: int, cap_ring: int, icols: npt.NDArray[np.int64],
-          rings: npt.NDArray[np.uint64]) -> None:
-    """The dedupe ring of slot ``s`` keeps ``fp``, dropping the oldest when full."""
-    if ring_len >= cap_ring:
-        head = icols[s, I_RING_HEAD]
-        rings[s, head] = fp
-        icols[s, I_RING_HEAD] = (head + 1) % cap_ring
-    else:
-        rings[s, ring_len] = fp
-        icols[s, I_RING_LEN] = ring_len + 1
-
-
 @compiled(_SIGNATURE)
 def apply_turns(start: int, stop_before_erasure: bool,
                 ev_slot: npt.NDArray[np.int64], ev_kind: npt.NDArray[np.int64],
@@ -223,71 +200,71 @@ def apply_turns(start: int, stop_before_erasure: bool,
             return i
         has_session = (flags & HAS_SESSION) != 0
         if kind == KIND_START:
+            matched = False
             if has_session:
                 return i  # it ends the open session first (or is a repeat of its start)
-            _save(s, icols, fcols, tcols, rings, saved_i, saved_f, saved_t, saved_r)
-            _keep(s, fp, ring_len, cap_ring, icols, rings)
-            fcols[s, F_CLOCK] = ts
-            icols[s, I_FLAGS] = flags | DIRTY_USER
-            status[i] = ST_STARTED
-            return i  # the caller opens the session before the user's next event
-        if has_session and fcols[s, F_LAST] + idle_s <= ts:
-            return i  # the idle close is due first
-        matched = has_session and icols[s, I_SESSION] == ev_session[i]
-        if not matched:
-            return i  # a turn of a session not open (a memory-only user stays unseen)
-        if kind == KIND_END:
-            if (flags & (BASELINING | SESSION_EPHEMERAL | MEMORY_ONLY)) != BASELINING:
+        else:
+            if has_session and fcols[s, F_LAST] + idle_s <= ts:
+                return i  # the idle close is due first
+            matched = has_session and icols[s, I_SESSION] == ev_session[i]
+            if not matched:
+                return i  # a turn of a session not open (a memory-only user stays unseen)
+            if (ev_flags[i] & EV_EPHEMERAL) != 0 and (flags & SESSION_EPHEMERAL) == 0:
+                return i
+            if kind == KIND_END and \
+                    (flags & (BASELINING | SESSION_EPHEMERAL | MEMORY_ONLY)) != BASELINING:
                 return i  # its user is left memory-only or not stored: the reference's
-            _save(s, icols, fcols, tcols, rings, saved_i, saved_f, saved_t, saved_r)
-            _keep(s, fp, ring_len, cap_ring, icols, rings)
-            fcols[s, F_CLOCK] = ts
-            fcols[s, F_LAST] = max(fcols[s, F_LAST], ts)
-            icols[s, I_FLAGS] = flags | DIRTY_USER | DIRTY_SESSION
-            status[i] = ST_ENDED
-            return i  # the caller closes the session before the user's next event
         baselining = matched and (flags & BASELINING) != 0
         n_turns = icols[s, I_TURNS] + 1
         scored = False
-        if matched:
-            if (ev_flags[i] & EV_EPHEMERAL) != 0 and (flags & SESSION_EPHEMERAL) == 0:
+        if baselining and kind == KIND_TURN:
+            if icols[s, I_CURRENT] >= cap_current or icols[s, I_TROW] < 0:
                 return i
-            if baselining and kind == KIND_TURN:
-                if icols[s, I_CURRENT] >= cap_current or icols[s, I_TROW] < 0:
-                    return i
-                if n_turns <= reattune_turn and icols[s, I_EARLY] >= cap_early:
-                    return i
-                scored = n_turns == reattune_turn or (
-                    n_turns >= checkpoint_turn
-                    and (n_turns - checkpoint_turn) % checkpoint_every == 0)
-        if scored or kind == KIND_SIDE:  # the slot as before, should its caller's part raise
-            _save(s, icols, fcols, tcols, rings, saved_i, saved_f, saved_t, saved_r)
-        _keep(s, fp, ring_len, cap_ring, icols, rings)
+            if n_turns <= reattune_turn and icols[s, I_EARLY] >= cap_early:
+                return i
+            scored = n_turns == reattune_turn or (
+                n_turns >= checkpoint_turn
+                and (n_turns - checkpoint_turn) % checkpoint_every == 0)
+        if scored or kind != KIND_TURN:  # the slot as before, should its caller's part raise
+            saved_i[:] = icols[s]
+            saved_f[:] = fcols[s]
+            if icols[s, I_TROW] >= 0:
+                saved_t[:] = tcols[icols[s, I_TROW]]
+            saved_r[:] = rings[s]
+        # Taken: the dedupe ring keeps the fingerprint, dropping the oldest when full.
+        if ring_len >= cap_ring:
+            head = icols[s, I_RING_HEAD]
+            rings[s, head] = fp
+            icols[s, I_RING_HEAD] = (head + 1) % cap_ring
+        else:
+            rings[s, ring_len] = fp
+            icols[s, I_RING_LEN] = ring_len + 1
         fcols[s, F_CLOCK] = ts
         flags |= DIRTY_USER
         if matched:
             fcols[s, F_LAST] = max(fcols[s, F_LAST], ts)
             flags |= DIRTY_SESSION
-        if kind == KIND_SIDE:
+        if kind != KIND_TURN:  # the caller applies the rest before the user's next event
             icols[s, I_FLAGS] = flags
-            status[i] = ST_SIDE
-            return i  # the caller applies the rest of it before the user's next event
-        if matched:
-            ef = ev_flags[i]
-            icols[s, I_BLOCKING] = (ef >> EV_BLOCKING_SHIFT) & 31
-            if (ef & EV_REFLECTION) != 0:
-                icols[s, I_STREAK] = 0
-                flags &= ~HIGH_RES_BLOCK
-            elif ev_rows[i, 1] >= high_res:
-                streak = icols[s, I_STREAK] + 1
-                icols[s, I_STREAK] = streak
-                if streak >= high_res_turns:
-                    flags |= HIGH_RES_BLOCK
-            else:
-                icols[s, I_STREAK] = 0
-            if baselining:
-                _add_turn(s, i, n_turns, ev_rows, icols, tcols, n_windows, checkpoint_every,
-                          reattune_turn, cap_late, t_current, t_early, t_late)
+            status[i] = ST_SIDE if kind == KIND_SIDE else (
+                ST_STARTED if kind == KIND_START else ST_ENDED)
+            return i
+        # A turn of the open session: the guard, and in a baselining mode the turn log.
+        ef = ev_flags[i]
+        icols[s, I_BLOCKING] = (ef >> EV_BLOCKING_SHIFT) & 31
+        if (ef & EV_REFLECTION) != 0:
+            icols[s, I_STREAK] = 0
+            flags &= ~HIGH_RES_BLOCK
+        elif ev_rows[i, 1] >= high_res:
+            streak = icols[s, I_STREAK] + 1
+            icols[s, I_STREAK] = streak
+            if streak >= high_res_turns:
+                flags |= HIGH_RES_BLOCK
+        else:
+            icols[s, I_STREAK] = 0
+        if baselining:
+            _add_turn(s, i, n_turns, ev_rows, icols, tcols, n_windows, checkpoint_every,
+                      reattune_turn, cap_late, t_current, t_early, t_late)
         icols[s, I_FLAGS] = flags
         if scored:
             status[i] = ST_SCORED
