@@ -253,14 +253,13 @@ def load_opened(state: UserState, expire_at_s: float, slot: int, icols: npt.NDAr
     """Write the session a start just opened in ``state`` into ``slot``, whose clock and
     dedupe ring the kernel moved for that start: they stay the columns', and the slot stays
     dirty for them (:func:`load` is the rest of it). Returns False, writing nothing, unless
-    the session keeps baselines for a user who is not memory-only, its turn log has no turn
-    (a start makes it with :meth:`TurnLog.start`), its guard's states are in order, and the
-    slot has a turn row.
+    the session keeps baselines for a user who is not memory-only, its turn log is
+    :meth:`TurnLog.start`'s, its guard's states are in order, and the slot has a turn row.
     """
     session = state.session
     trow = int(icols[slot, I_TROW])
     if session is None or state.memory_only or not session.mode.keeps_baselines \
-            or trow < 0 or session.turns.n_turns or session.turns.current_rows:
+            or trow < 0 or not _empty(session.turns, g):
         return False
     guard = session.guard
     mask = blocking_mask(guard.blocking)

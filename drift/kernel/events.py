@@ -44,12 +44,30 @@ from drift.model import (
 from drift.state import event_hash
 
 _NO_ROW = (0.0,) * N_FEATURES
-#: A session start is ``KIND_START`` when it keeps its user stored (a baselining mode, not
-#: ephemeral: :func:`drift.kernel.batch._start`); the others the reference's step keeps or
-#: stages its own way.
 _MAY_ERASE = (SessionStart, MemoryErase, ModeChanged)
 _SIDE = (Semantic, NoticeShown, MemoryWriteBlocked)
 _AE, _CARE_OVERRIDE, _CARE_COOLOFF, _CRISIS, _LEGAL_HOLD = 2, 4, 8, 16, 32
+
+
+def _kind(body: object, ephemeral: bool) -> int:
+    """The kind of an event other than a turn. A session's start and end are the kernel's
+    only where they keep their user stored (not ephemeral; a start in a baselining mode:
+    :func:`drift.kernel.batch._start`): the reference's step keeps or stages the others
+    its own way.
+
+    >>> from drift.model import Mode, ModelTriple
+    >>> start = SessionStart(Mode.FULL, "c", ModelTriple("m", "t", "p"), "g", "p")
+    >>> _kind(start, False) == KIND_START, _kind(start, True) == KIND_MAY_ERASE
+    (True, True)
+    """
+    if not ephemeral:
+        if isinstance(body, SessionStart) and body.mode.keeps_baselines:
+            return KIND_START
+        if isinstance(body, SessionEnd):
+            return KIND_END
+    if isinstance(body, _MAY_ERASE):
+        return KIND_MAY_ERASE
+    return KIND_SIDE if isinstance(body, _SIDE) else KIND_OTHER
 
 
 @dataclass
@@ -114,11 +132,7 @@ class EventColumns:
                 if body.reflection:
                     f |= EV_REFLECTION
             else:
-                kinds.append(KIND_START if isinstance(body, SessionStart) and not e.ephemeral
-                             and body.mode.keeps_baselines
-                             else KIND_END if isinstance(body, SessionEnd) and not e.ephemeral
-                             else KIND_MAY_ERASE if isinstance(body, _MAY_ERASE)
-                             else KIND_SIDE if isinstance(body, _SIDE) else KIND_OTHER)
+                kinds.append(_kind(body, e.ephemeral))
                 rows.append(_NO_ROW)
             flags.append(f)
         for s in set(slots):

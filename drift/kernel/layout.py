@@ -126,7 +126,6 @@ def expiry_hint(state: UserState, baselines: UserBaselines, config: DriftConfig)
     return soonest - EXPIRY_SLACK_S
 
 
-
 @dataclass(frozen=True)
 class Geometry:
     """The shape of a slot under one configuration.
