@@ -374,9 +374,9 @@ def test_an_event_whose_part_outside_the_kernel_raises_changes_nothing(
         monkeypatch: pytest.MonkeyPatch, part: str, victim_of: Any) -> None:
     """A turn the kernel took and its caller scores (``turn_reached``), or a semantic
     event, a session's start or its end, whose rest its caller applies (``dispatch``): if
-    that part raises, the slot is
-    put back as it was before the event, and the event's outcome is the exception, as the
-    reference's step raising on it; the next events go on from there."""
+    that part raises, the slot is put back as it was before the event, and the event's
+    outcome is the exception, as the reference's step raising on it; the next events go
+    on from there."""
     import drift.fold as fold_module
     import drift.kernel.batch as batch_module
 

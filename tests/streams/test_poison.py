@@ -143,21 +143,15 @@ def test_a_record_whose_processing_raises_is_dead_lettered_and_the_rest_go_on(
         # the reference fold raises on a session start, whether the kernel hands it over
         # whole (step) or opens its session on the state object (dispatch)
         broken = [e for e in victim if e.event_type == "session_start"][1]
-        real_step, real_dispatch = kernel_batch.step, kernel_batch.dispatch
+        def raising(real: Any) -> Any:
+            def on_broken(state: Any, baselines: Any, event: FhrEvent, *rest: Any) -> Any:
+                if event.event_id == broken.event_id:
+                    raise ValueError("a value from the record that must not reach the log")
+                return real(state, baselines, event, *rest)
+            return on_broken
 
-        def step(state: Any, baselines: Any, event: FhrEvent, config: Any, *score: Any
-                 ) -> Any:
-            if event.event_id == broken.event_id:
-                raise ValueError("a value from the record that must not reach the log")
-            return real_step(state, baselines, event, config, *score)
-
-        def dispatch(state: Any, baselines: Any, event: FhrEvent, ctx: Any) -> Any:
-            if event.event_id == broken.event_id:
-                raise ValueError("a value from the record that must not reach the log")
-            return real_dispatch(state, baselines, event, ctx)
-
-        monkeypatch.setattr(kernel_batch, "step", step)
-        monkeypatch.setattr(kernel_batch, "dispatch", dispatch)
+        for part in ("step", "dispatch"):
+            monkeypatch.setattr(kernel_batch, part, raising(getattr(kernel_batch, part)))
         events = victim + others
         records = [Record(0, i, e.user_id.encode(), encode_event(e), 0)
                    for i, e in enumerate(events)]
