@@ -85,7 +85,7 @@ def baseline_of(row: Sequence[Any]) -> Baseline:
                         policy, Mode(mode), expires_at)
     if meta.kind is BaselineKind.ATTUNEMENT:
         a = msgspec.json.decode(values, type=_AttunementValues)
-        return AttunementBaseline(meta, a.features, a.sessions, a.late_profile)
+        return AttunementBaseline.of(meta, a.features, a.sessions, a.late_profile)
     if meta.kind is BaselineKind.SEMANTIC:
         s = msgspec.json.decode(values, type=_SemanticValues)
         return SemanticBaseline(meta, s.items)

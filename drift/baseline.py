@@ -9,7 +9,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import operator
 import sys
+from array import array
 from dataclasses import dataclass
 
 from drift.evolve import fast_init
@@ -52,33 +54,80 @@ _FEATURE_SETS: dict[tuple[str, ...], tuple[str, ...]] = {}
 """The feature tuples baselines hold, one object each (at most the subsets of FEATURES)."""
 
 
+_SHAPES: dict[tuple[int, ...], tuple[int, ...]] = {}
+"""The session shapes baselines hold (windows per session), one tuple object each."""
+_NONE = -1.0  # the count of a window that is None
+
+
 @dataclass(frozen=True)
 class AttunementBaseline:
     """Recency-ordered window stats of recent sessions, and the last late-session profile.
 
-    ``sessions[0]`` is the most recent session; each holds one :class:`WindowStats`
-    per checkpoint window (turns 1-5, 6-10, ...), over ``features``, on the
-    transformed scale of :func:`drift.features.transform`.
+    :attr:`sessions` ``[0]`` is the most recent session; each holds one
+    :class:`WindowStats` per checkpoint window (turns 1-5, 6-10, ...), over ``features``, on
+    the transformed scale of :func:`drift.features.transform`. They are held as one array of
+    doubles (``table``): a block per (session, window) of the count (-1 for a window that
+    is None), the means and the squared deviations of the features; ``shape`` is the number
+    of windows of each session. Fifteen window objects took 3.7 KB of a user's memory, the
+    array takes 1.6 (docs/performance.md, "Per-user state"). Build one with :meth:`of`.
+
+    >>> meta = next_meta(None, "u", BaselineKind.ATTUNEMENT, 0.0, "s", ModelTriple("m", "t", "p"),
+    ...                  Mode.LIGHT, DriftConfig())
+    >>> b = AttunementBaseline.of(meta, ("friction",), ((WindowStats(5, (0.5,), (0.1,)), None),),
+    ...                           (0.2,))
+    >>> b.shape, b.table.tolist(), b.sessions[0][1], b.window(0, 0.7)[0][0].mean.tolist()
+    ((2,), [5.0, 0.5, 0.1, -1.0, 0.0, 0.0], None, [0.5])
     """
 
     meta: BaselineMeta
     features: tuple[str, ...]
-    sessions: tuple[tuple[WindowStats | None, ...], ...]
+    table: array[float]
+    shape: tuple[int, ...]
     late_profile: tuple[float, ...]
 
     def __post_init__(self) -> None:
-        # Every user's baseline names the same few feature sets: share one tuple of each.
+        # Every user's baseline names the same few feature sets and shapes: one tuple of each.
         object.__setattr__(self, "features",
                            _FEATURE_SETS.setdefault(self.features, self.features)
                            if set(self.features) <= _KNOWN_FEATURES else self.features)
+        object.__setattr__(self, "shape", _SHAPES.setdefault(self.shape, self.shape))
+
+    def __hash__(self) -> int:
+        return hash((self.meta, self.features, self.table.tobytes(), self.shape,
+                     self.late_profile))
+
+    @staticmethod
+    def of(meta: BaselineMeta, features: tuple[str, ...],
+           sessions: tuple[tuple[WindowStats | None, ...], ...],
+           late_profile: tuple[float, ...]) -> AttunementBaseline:
+        """The baseline of these sessions' window stats (most recent first)."""
+        table = array("d")
+        for windows in sessions:
+            for stats in windows:
+                table += _block(stats, len(features))
+        return AttunementBaseline(meta, features, table, tuple(len(w) for w in sessions),
+                                  late_profile)
+
+    @property
+    def sessions(self) -> tuple[tuple[WindowStats | None, ...], ...]:
+        """The window stats of each session, most recent first, as objects."""
+        width = 1 + 2 * len(self.features)
+        table, at, out = self.table, 0, []
+        for windows in self.shape:
+            out.append(tuple(_stats(table, at + k * width, width) for k in range(windows)))
+            at += windows * width
+        return tuple(out)
 
     def window(self, w: int, decay: float) -> list[tuple[WindowStats, float]]:
         """Stats of window ``w`` across sessions, with recency weights ``decay**age``."""
-        out = []
-        for age, windows in enumerate(self.sessions):
-            stats = windows[w] if w < len(windows) else None
-            if stats is not None and stats.n > 0:
+        width = 1 + 2 * len(self.features)
+        table, at, out = self.table, 0, []
+        for age, windows in enumerate(self.shape):
+            if w < windows and table[at + w * width] > 0:
+                stats = _stats(table, at + w * width, width)
+                assert stats is not None
                 out.append((stats, decay ** age))
+            at += windows * width
         return out
 
     @functools.cached_property
@@ -87,19 +136,36 @@ class AttunementBaseline:
 
         Computed once per version (the value is immutable), not at every checkpoint.
         """
-        m2 = [0.0] * len(self.features)
+        f = len(self.features)
+        width = 1 + 2 * f
+        table = self.table
+        m2 = [0.0] * f
         df = 0
-        for windows in self.sessions:
-            for stats in windows:
-                if stats is not None and stats.n > 0:
-                    m2 = [a + b for a, b in zip(m2, stats.m2)]
-                    df += stats.n - 1
+        for at in range(0, len(table), width):
+            n = table[at]
+            if n > 0:
+                m2 = list(map(operator.add, m2, table[at + 1 + f:at + width]))
+                df += int(n) - 1
         return tuple(m2), df
 
     def turn_sd(self) -> tuple[float, ...]:
         """Pooled within-window standard deviation per feature (floored)."""
         m2, df = self.pooled
         return tuple(math.sqrt(max(v / max(df, 1), 1e-6)) for v in m2)
+
+
+def _block(stats: WindowStats | None, f: int) -> array[float]:
+    if stats is None:
+        return array("d", [_NONE] + [0.0] * (2 * f))
+    return array("d", [stats.n]) + array("d", stats.mean) + array("d", stats.m2)
+
+
+def _stats(table: array[float], at: int, width: int) -> WindowStats | None:
+    n = table[at]
+    if n == _NONE:
+        return None
+    f = (width - 1) // 2
+    return WindowStats(int(n), table[at + 1:at + 1 + f], table[at + 1 + f:at + width])
 
 
 @fast_init
@@ -202,11 +268,17 @@ def fold_attunement(
     >>> len(b.sessions)
     5
     """
-    prior: tuple[tuple[WindowStats | None, ...], ...] = ()
-    if previous is not None and previous.features == features:
-        prior = previous.sessions
-    sessions = ((windows,) + prior)[: config.baseline_sessions]
-    return AttunementBaseline(meta, features, sessions, late_profile)
+    table = array("d")
+    for stats in windows:
+        table += _block(stats, len(features))
+    shape: tuple[int, ...] = (len(windows),)
+    if previous is not None and previous.features == features and config.baseline_sessions > 1:
+        kept = previous.shape[:config.baseline_sessions - 1]
+        table += previous.table[:sum(kept) * (1 + 2 * len(features))]
+        shape += kept
+    elif config.baseline_sessions < 1:
+        table, shape = array("d"), ()
+    return AttunementBaseline(meta, features, table, shape, late_profile)
 
 
 def restrict_features(baseline: AttunementBaseline, keep: tuple[str, ...],
@@ -217,4 +289,4 @@ def restrict_features(baseline: AttunementBaseline, keep: tuple[str, ...],
     sessions = tuple(tuple(None if s is None else s.restrict(idx) for s in windows)
                      for windows in baseline.sessions)
     late = tuple(baseline.late_profile[i] for i in idx)
-    return AttunementBaseline(meta, kept, sessions, late)
+    return AttunementBaseline.of(meta, kept, sessions, late)
