@@ -69,7 +69,10 @@ class _SafetyValues(msgspec.Struct, frozen=True):
 
 def _values(b: Baseline) -> bytes:
     if isinstance(b, AttunementBaseline):
-        return _json.encode(_AttunementValues(b.features, b.sessions, b.late_profile))
+        # The fields of _AttunementValues in its order, the windows as plain values: the
+        # same JSON, without building the 15 window objects.
+        return _json.encode({"features": b.features, "sessions": b.plain_sessions(),
+                             "late_profile": b.late_profile})
     if isinstance(b, SemanticBaseline):
         return _json.encode(_SemanticValues(b.items))
     return _json.encode(_SafetyValues(b.gate_config_id, b.drift_policy_id, b.consent_state_id))

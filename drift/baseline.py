@@ -103,8 +103,7 @@ class AttunementBaseline:
         """The baseline of these sessions' window stats (most recent first)."""
         table = array("d")
         for windows in sessions:
-            for stats in windows:
-                table += _block(stats, len(features))
+            table.extend(_values(windows, len(features)))
         return AttunementBaseline(meta, features, table, tuple(len(w) for w in sessions),
                                   late_profile)
 
@@ -118,15 +117,40 @@ class AttunementBaseline:
             at += windows * width
         return tuple(out)
 
+    def plain_sessions(self) -> list[list[dict[str, object] | None]]:
+        """:attr:`sessions` as plain values, each window's fields in :class:`WindowStats`'s
+        order (what the store writes, without building the objects).
+
+        >>> meta = next_meta(None, "u", BaselineKind.ATTUNEMENT, 0.0, "s",
+        ...                  ModelTriple("m", "t", "p"), Mode.LIGHT, DriftConfig())
+        >>> AttunementBaseline.of(meta, ("friction",), ((WindowStats(5, (0.5,), (0.1,)), None),),
+        ...                       (0.2,)).plain_sessions()
+        [[{'n': 5, 'mean': [0.5], 'm2': [0.1]}, None]]
+        """
+        f = len(self.features)
+        width = 1 + 2 * f
+        table, at, out = self.table, 0, []
+        for windows in self.shape:
+            row: list[dict[str, object] | None] = []
+            for _ in range(windows):
+                n = table[at]
+                row.append(None if n == _NONE else {
+                    "n": int(n), "mean": table[at + 1:at + 1 + f].tolist(),
+                    "m2": table[at + 1 + f:at + width].tolist()})
+                at += width
+            out.append(row)
+        return out
+
     def window(self, w: int, decay: float) -> list[tuple[WindowStats, float]]:
         """Stats of window ``w`` across sessions, with recency weights ``decay**age``."""
         width = 1 + 2 * len(self.features)
         table, at, out = self.table, 0, []
         for age, windows in enumerate(self.shape):
-            if w < windows and table[at + w * width] > 0:
-                stats = _stats(table, at + w * width, width)
-                assert stats is not None
-                out.append((stats, decay ** age))
+            k = at + w * width
+            if w < windows and table[k] > 0:
+                f = (width - 1) // 2
+                out.append((WindowStats.held(int(table[k]), table[k + 1:k + 1 + f],
+                                             table[k + 1 + f:k + width]), decay ** age))
             at += windows * width
         return out
 
@@ -154,10 +178,18 @@ class AttunementBaseline:
         return tuple(math.sqrt(max(v / max(df, 1), 1e-6)) for v in m2)
 
 
-def _block(stats: WindowStats | None, f: int) -> array[float]:
-    if stats is None:
-        return array("d", [_NONE] + [0.0] * (2 * f))
-    return array("d", [stats.n]) + array("d", stats.mean) + array("d", stats.m2)
+def _values(windows: tuple[WindowStats | None, ...], f: int) -> list[float]:
+    """A session's blocks, as the table holds them."""
+    out: list[float] = []
+    for stats in windows:
+        if stats is None:
+            out.append(_NONE)
+            out.extend([0.0] * (2 * f))
+        else:
+            out.append(stats.n)
+            out.extend(stats.mean)
+            out.extend(stats.m2)
+    return out
 
 
 def _stats(table: array[float], at: int, width: int) -> WindowStats | None:
@@ -268,9 +300,7 @@ def fold_attunement(
     >>> len(b.sessions)
     5
     """
-    table = array("d")
-    for stats in windows:
-        table += _block(stats, len(features))
+    table = array("d", _values(windows, len(features)))
     shape: tuple[int, ...] = (len(windows),)
     if previous is not None and previous.features == features and config.baseline_sessions > 1:
         kept = previous.shape[:config.baseline_sessions - 1]

@@ -63,6 +63,21 @@ class WindowStats:
         return hash((self.n, tuple(self.mean), tuple(self.m2)))
 
     @staticmethod
+    def held(n: int, mean: array[float], m2: array[float]) -> WindowStats:
+        """The stats of arrays of doubles already (a baseline's, read at every checkpoint):
+        filled slot by slot, without the checks of ``__init__``.
+
+        >>> WindowStats.held(2, array("d", [0.5]), array("d", [0.1])) == WindowStats(2, [0.5],
+        ...                                                                           [0.1])
+        True
+        """
+        stats: WindowStats = _NEW(WindowStats)
+        _SET_N(stats, n)
+        _SET_MEAN(stats, mean)
+        _SET_M2(stats, m2)
+        return stats
+
+    @staticmethod
     def of(rows: np.ndarray) -> WindowStats:
         """Summarise an ``(n_turns, n_features)`` array.
 
@@ -84,3 +99,7 @@ class WindowStats:
         if idx == list(range(len(self.mean))):
             return self
         return WindowStats(self.n, [self.mean[i] for i in idx], [self.m2[i] for i in idx])
+
+
+_NEW = object.__new__
+_SET_N, _SET_MEAN, _SET_M2 = (getattr(WindowStats, name).__set__ for name in ("n", "mean", "m2"))
