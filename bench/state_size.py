@@ -24,16 +24,23 @@ STATE_ENCODED_GOAL_B = 2048
 STATE_RESIDENT_GOAL_B = 4096
 
 
+def stored(baseline: Any) -> bytes:
+    """A baseline version as the store keeps it: its row of ``baseline_versions`` (the
+    columns :func:`baselines.columns.baseline_of` reads, in its order), in msgpack."""
+    from baselines.columns import BASELINE_COLUMNS, baseline_table
+
+    row = baseline_table([(0, baseline)]).to_pylist()[0]
+    return msgspec.msgpack.encode(tuple(row[c.strip()] for c in BASELINE_COLUMNS.split(",")))
+
+
 def state_size_bound(seed: int, sessions: Sequence[int]) -> list[dict[str, Any]]:
     """Encoded size of one user's state and current baselines after n sessions, per scenario."""
-    from baselines.columns import plain_values
     from baselines.snapshot import encode_state
     from drift.model import DriftConfig
     from drift.replay import MemoryReplay
     from drift.simulation import Scenario, SimParams, simulate_user
 
     config = DriftConfig()
-    enc = msgspec.msgpack.Encoder(enc_hook=plain_values)
     rows = []
     for scenario in (Scenario.STABLE, Scenario.ATTUNEMENT_SHIFT, Scenario.SEMANTIC_CONTRADICTION,
                      Scenario.MODEL_CHANGE_COLLAPSED, Scenario.SUSTAINED_LOW,
@@ -52,8 +59,8 @@ def state_size_bound(seed: int, sessions: Sequence[int]) -> list[dict[str, Any]]
             base = replay.baselines.get("u-bench")
             base_bytes = 0
             if base is not None:
-                base_bytes = sum(len(enc.encode(b)) for b in (base.attunement, base.semantic,
-                                                             base.safety) if b is not None)
+                base_bytes = sum(len(stored(b)) for b in (base.attunement, base.semantic,
+                                                          base.safety) if b is not None)
             rows.append({"scenario": scenario.value, "sessions": len(truth),
                          "events": len(events), "state_bytes": len(encode_state(state)),
                          "state_bytes_peak_recent": peak,
@@ -98,9 +105,9 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
     """
     from prometheus_client import CollectorRegistry
 
-    from baselines.columns import plain_values
+    from baselines.columns import baseline_of
     from baselines.snapshot import decode_state, encode_state
-    from drift.baseline import AttunementBaseline, SafetyBaseline, SemanticBaseline, UserBaselines
+    from drift.baseline import UserBaselines
     from drift.model import DriftConfig
     from drift.replay import MemoryReplay
     from drift.simulation import Scenario, SimParams, simulate
@@ -124,10 +131,8 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
     states = [replay.states[u] for u in ids]
     bases = [replay.baselines.get(u, UserBaselines()) for u in ids]
     blobs = [encode_state(st) for st in states]
-    enc = msgspec.msgpack.Encoder(enc_hook=plain_values)
-    decoders: tuple[msgspec.msgpack.Decoder[Any], ...] = tuple(
-        msgspec.msgpack.Decoder(k) for k in (AttunementBaseline, SemanticBaseline, SafetyBaseline))
-    base_blobs = [tuple(None if b is None else enc.encode(b)
+    decoder = msgspec.msgpack.Decoder(tuple)
+    base_blobs = [tuple(None if b is None else stored(b)
                         for b in (ub.attunement, ub.semantic, ub.safety)) for ub in bases]
     state_bytes = [len(b) for b in blobs]
     base_bytes = [sum(len(x) for x in bb if x is not None) for bb in base_blobs]
@@ -142,8 +147,8 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
         the attunement baseline's pooled statistics worked out (the re-attunement and the
         checkpoints read them, and the baseline keeps them), as the worker holds it."""
         held["baselines"] = {
-            key: UserBaselines(*(None if x is None else d.decode(x)
-                                 for x, d in zip(base_blobs[i % t], decoders, strict=True)))
+            key: UserBaselines(*(None if x is None else baseline_of(decoder.decode(x))
+                                 for x in base_blobs[i % t]))
             for i, key in enumerate(held["states"])}
         for i, ub in enumerate(held["baselines"].values()):
             if ub.attunement is not None and states[i % t].session is not None:

@@ -51,7 +51,7 @@ class AttunementTest:
 
 
 AttunementScore = Callable[
-    [Sequence[Sequence[float]], tuple[str, ...], list[tuple[WindowStats, float]],
+    [Sequence[Sequence[float]], tuple[str, ...], Sequence[tuple[WindowStats, float]],
      tuple[tuple[float, ...], int], int, int, DriftConfig], AttunementTest]
 """The signature of :func:`score_attunement_drift`: what a caller of
 :func:`drift.fold.step` may pass in its place, if it returns equal values."""
@@ -109,14 +109,14 @@ class _Weights:
     v_b: float
 
     @staticmethod
-    def of(baseline: list[tuple[WindowStats, float]]) -> _Weights:
+    def of(baseline: Sequence[tuple[WindowStats, float]]) -> _Weights:
         total = array_sum([w for _, w in baseline])
         return _Weights(total, array_sum([(w / total) * (w / total) / float(s.n)
                                           for s, w in baseline]))
 
 
 def _t_statistic(
-    current: Sequence[float], baseline: list[tuple[WindowStats, float]], j: int,
+    current: Sequence[float], baseline: Sequence[tuple[WindowStats, float]], j: int,
     pooled_m2: float, pooled_df: int, weights: _Weights,
 ) -> tuple[float, int]:
     """Pooled-variance two-sample t statistic of one feature's ``current`` values and its df."""
@@ -130,7 +130,7 @@ def _t_statistic(
     return (cur_mean - mu_b) / math.sqrt(var * (1.0 / k + v_b)), df
 
 
-def _binary_test(current: Sequence[float], baseline: list[tuple[WindowStats, float]], j: int
+def _binary_test(current: Sequence[float], baseline: Sequence[tuple[WindowStats, float]], j: int
                  ) -> tuple[float, float]:
     """Fisher's exact test of a rate against the baseline's; returns (delta, p)."""
     k = len(current)
@@ -164,7 +164,7 @@ def fisher_exact_p(a: int, row_a: int, b: int, row_b: int) -> float:
 def score_attunement_drift(
     current: Sequence[Sequence[float]],
     features: tuple[str, ...],
-    baseline_windows: list[tuple[WindowStats, float]],
+    baseline_windows: Sequence[tuple[WindowStats, float]],
     pooled: tuple[tuple[float, ...], int],
     look: int,
     window: int,

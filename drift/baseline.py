@@ -12,7 +12,9 @@ import math
 import operator
 import sys
 from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from drift.evolve import fast_init
 from drift.features import WindowStats
@@ -141,18 +143,9 @@ class AttunementBaseline:
             out.append(row)
         return out
 
-    def window(self, w: int, decay: float) -> list[tuple[WindowStats, float]]:
+    def window(self, w: int, decay: float) -> Window:
         """Stats of window ``w`` across sessions, with recency weights ``decay**age``."""
-        width = 1 + 2 * len(self.features)
-        table, at, out = self.table, 0, []
-        for age, windows in enumerate(self.shape):
-            k = at + w * width
-            if w < windows and table[k] > 0:
-                f = (width - 1) // 2
-                out.append((WindowStats.held(int(table[k]), table[k + 1:k + 1 + f],
-                                             table[k + 1 + f:k + width]), decay ** age))
-            at += windows * width
-        return out
+        return Window(self, w, decay)
 
     @functools.cached_property
     def pooled(self) -> tuple[tuple[float, ...], int]:
@@ -176,6 +169,70 @@ class AttunementBaseline:
         """Pooled within-window standard deviation per feature (floored)."""
         m2, df = self.pooled
         return tuple(math.sqrt(max(v / max(df, 1), 1e-6)) for v in m2)
+
+
+class Window(Sequence[tuple[WindowStats, float]]):
+    """Window ``w`` of each of a baseline's sessions that has turns in it, most recent
+    first, with its recency weight ``decay**age``: a sequence of (stats, weight) for the
+    reference's statistic, whose objects are built on first reading; the compiled one
+    (:mod:`drift.kernel.attunement`) reads the numbers in the baseline's table instead.
+
+    >>> meta = next_meta(None, "u", BaselineKind.ATTUNEMENT, 0.0, "s", ModelTriple("m", "t", "p"),
+    ...                  Mode.LIGHT, DriftConfig())
+    >>> stats = WindowStats(5, (0.5,), (0.1,))
+    >>> b = AttunementBaseline.of(meta, ("friction",), ((stats, None), (stats,)), (0.2,))
+    >>> found = b.window(0, 0.5)
+    >>> found.turns(), [weight for _, weight in found], found[1][0] == stats, len(b.window(1, 0.5))
+    (10, [1.0, 0.5], True, 0)
+    """
+
+    __slots__ = ("_pairs", "baseline", "decay", "w")
+
+    def __init__(self, baseline: AttunementBaseline, w: int, decay: float) -> None:
+        self.baseline, self.w, self.decay = baseline, w, decay
+        self._pairs: list[tuple[WindowStats, float]] | None = None
+
+    def turns(self) -> int:
+        """The turns of these windows together, read without building their objects."""
+        b, w = self.baseline, self.w
+        width = 1 + 2 * len(b.features)
+        table, at, total = b.table, 0, 0
+        for windows in b.shape:
+            if w < windows and table[at + w * width] > 0:
+                total += int(table[at + w * width])
+            at += windows * width
+        return total
+
+    def _built(self) -> list[tuple[WindowStats, float]]:
+        if self._pairs is None:
+            b, w = self.baseline, self.w
+            f = len(b.features)
+            width = 1 + 2 * f
+            table, at, pairs = b.table, 0, []
+            for age, windows in enumerate(b.shape):
+                k = at + w * width
+                if w < windows and table[k] > 0:
+                    pairs.append((WindowStats.held(int(table[k]), table[k + 1:k + 1 + f],
+                                                   table[k + 1 + f:k + width]),
+                                  self.decay ** age))
+                at += windows * width
+            self._pairs = pairs
+        return self._pairs
+
+    def __len__(self) -> int:
+        return len(self._built())
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[WindowStats, float]: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[tuple[WindowStats, float]]: ...
+
+    def __getitem__(self, i: int | slice
+                    ) -> tuple[WindowStats, float] | Sequence[tuple[WindowStats, float]]:
+        return self._built()[i]
+
+    def __iter__(self) -> Iterator[tuple[WindowStats, float]]:
+        return iter(self._built())
 
 
 def _values(windows: tuple[WindowStats | None, ...], f: int) -> list[float]:

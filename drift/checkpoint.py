@@ -91,7 +91,7 @@ def attunement_test(session: SessionState, baselines: UserBaselines, config: Dri
     looks = session.turns.looks
     w = min(looks, config.windows - 1)
     found = base.window(w, config.recency_decay)
-    if sum(s.n for s, _ in found) < config.min_baseline_turns:
+    if found.turns() < config.min_baseline_turns:
         return None
     m2_all, df = base.pooled
     if df < 2:

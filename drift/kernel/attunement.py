@@ -32,6 +32,7 @@ from drift.attunement import (
     score_attunement_drift,
     severity,
 )
+from drift.baseline import Window
 from drift.features import WindowStats
 from drift.kernel.floats import array_sum, c_pow, special
 from drift.kernel.jit import compiled
@@ -170,7 +171,7 @@ def _scores(current: npt.NDArray[np.float64], base: npt.NDArray[np.float64],
 def score_attunement(
     current: Sequence[Sequence[float]],
     features: tuple[str, ...],
-    baseline_windows: list[tuple[WindowStats, float]],
+    baseline_windows: Sequence[tuple[WindowStats, float]],
     pooled: tuple[tuple[float, ...], int],
     look: int,
     window: int,
@@ -192,7 +193,13 @@ def score_attunement(
     """
     n = len(features)
     rows = np.array(current, dtype=np.float64).reshape(len(current), n)
-    base = np.array([(s.n, w, *s.mean) for s, w in baseline_windows], dtype=np.float64)
+    if type(baseline_windows) is Window and len(baseline_windows.baseline.features) == n:
+        # A baseline's window, read where its numbers are: no window objects built.
+        b = baseline_windows.baseline
+        base = _base_rows(np.frombuffer(b.table, dtype=np.float64), _shape(b.shape),
+                          baseline_windows.w, baseline_windows.decay, n)
+    else:
+        base = np.array([(s.n, w, *s.mean) for s, w in baseline_windows], dtype=np.float64)
     out = np.empty(3 * n + 2)
     if not _scores(rows, base, np.array(pooled[0], dtype=np.float64), pooled[1],
                    _kinds(features), config.core_share, look_share(look, config), out):
@@ -204,6 +211,35 @@ def score_attunement(
     p_value, p_adj = values[3 * n:]
     return AttunementTest(p_value, p_adj, look, window, len(current),
                           tuple(sorted(tests, key=lambda t: -t.z)), severity(p_adj, config))
+
+
+@compiled("f8[:, ::1](f8[::1], i8[::1], i8, f8, i8)")
+def _base_rows(table: npt.NDArray[np.float64], shape: npt.NDArray[np.int64], w: int,
+               decay: float, n: int) -> npt.NDArray[np.float64]:
+    """The rows :func:`_scores` reads of a baseline's ``table`` (blocks of a count and
+    ``n`` means and squared deviations per session's window, ``shape`` windows a session):
+    window ``w``'s count, recency weight and means, of each session with turns in it, as
+    :meth:`drift.baseline.Window` lists them."""
+    width = 1 + 2 * n
+    out = np.empty((shape.shape[0], 2 + n))
+    rows = 0
+    at = 0
+    for age in range(shape.shape[0]):
+        k = at + w * width
+        if w < shape[age] and table[k] > 0:
+            out[rows, 0] = table[k]
+            out[rows, 1] = c_pow(decay, float(age))
+            for j in range(n):
+                out[rows, 2 + j] = table[k + 1 + j]
+            rows += 1
+        at += shape[age] * width
+    return out[:rows].copy()
+
+
+@functools.lru_cache(maxsize=64)
+def _shape(shape: tuple[int, ...]) -> npt.NDArray[np.int64]:
+    """A baseline's windows per session as an array (the shapes are few, and shared)."""
+    return np.array(shape, dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=64)

@@ -17,13 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from drift.attunement import AttunementTest, score_attunement_drift
-from drift.baseline import UserBaselines
+from drift.baseline import AttunementBaseline, UserBaselines, next_meta
 from drift.features import WindowStats
 from drift.fold import initial, step
 from drift.kernel.attunement import _scores, score_attunement
 from drift.kernel.floats import c_pow
 from drift.kernel.jit import compiled
-from drift.model import FEATURES, DriftConfig
+from drift.model import FEATURES, BaselineKind, DriftConfig, Mode, ModelTriple
 from tests.conftest import examples
 from tests.streams.golden import golden_events
 
@@ -83,6 +83,31 @@ def arguments(draw: st.DrawFn) -> tuple[Any, ...]:
 @given(arguments())
 def test_drawn_arguments_score_the_same(args: tuple[Any, ...]) -> None:
     assert score_attunement(*args) == score_attunement_drift(*args)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(arguments(), st.data())
+def test_a_baseline_window_read_from_its_table_scores_the_same(args: tuple[Any, ...],
+                                                              data: st.DataObject) -> None:
+    """A baseline's own window (:class:`drift.baseline.Window`), which the compiled
+    statistic reads from the baseline's table: the same result as the reference's on the
+    window's objects, with sessions of one to three windows and windows that are None."""
+    rows, feats, base, pooled, look, _, config = args
+    stats = [s for s, _ in base]
+    sessions = tuple(
+        tuple(None if data.draw(st.booleans()) else stats[(i + j) % len(stats)]
+              for j in range(data.draw(st.integers(1, 3))))
+        for i in range(len(stats)))
+    meta = next_meta(None, "u", BaselineKind.ATTUNEMENT, 0.0, "s", ModelTriple("m", "t", "p"),
+                     Mode.FULL, config)
+    baseline = AttunementBaseline.of(meta, feats, sessions, (0.0,) * len(feats))
+    w = data.draw(st.integers(0, 3))
+    found = baseline.window(w, data.draw(st.floats(0.1, 1.0)))
+    assert found.turns() == sum(s.n for s, _ in found)
+    if not len(found):
+        return
+    assert score_attunement(rows, feats, found, pooled, look, w, config) \
+        == score_attunement_drift(rows, feats, list(found), pooled, look, w, config)
 
 
 def test_counts_past_exact_floats_are_left_to_the_reference() -> None:
