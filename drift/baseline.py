@@ -174,8 +174,8 @@ class AttunementBaseline:
 class Window(Sequence[tuple[WindowStats, float]]):
     """Window ``w`` of each of a baseline's sessions that has turns in it, most recent
     first, with its recency weight ``decay**age``: a sequence of (stats, weight) for the
-    reference's statistic, whose objects are built on first reading; the compiled one
-    (:mod:`drift.kernel.attunement`) reads the numbers in the baseline's table instead.
+    reference's statistic, whose objects are built on first reading; a compiled twin of the
+    statistic may read the numbers in the baseline's table instead (``baseline``, ``w``).
 
     >>> meta = next_meta(None, "u", BaselineKind.ATTUNEMENT, 0.0, "s", ModelTriple("m", "t", "p"),
     ...                  Mode.LIGHT, DriftConfig())
