@@ -193,11 +193,13 @@ def score_attunement(
     """
     n = len(features)
     rows = np.array(current, dtype=np.float64).reshape(len(current), n)
-    if type(baseline_windows) is Window and len(baseline_windows.baseline.features) == n:
-        # A baseline's window, read where its numbers are: no window objects built.
-        b = baseline_windows.baseline
+    found = baseline_windows if type(baseline_windows) is Window else None
+    if found is not None and found.baseline.features == features:
+        # A baseline's window over these features, read where its numbers are: no window
+        # objects built.
+        b = found.baseline
         base = _base_rows(np.frombuffer(b.table, dtype=np.float64), _shape(b.shape),
-                          baseline_windows.w, baseline_windows.decay, n)
+                          found.w, found.decay, n)
     else:
         base = np.array([(s.n, w, *s.mean) for s, w in baseline_windows], dtype=np.float64)
     out = np.empty(3 * n + 2)
