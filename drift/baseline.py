@@ -109,15 +109,21 @@ class AttunementBaseline:
         return AttunementBaseline(meta, features, table, tuple(len(w) for w in sessions),
                                   late_profile)
 
+    def blocks(self) -> list[range]:
+        """Where each session's window blocks start in :attr:`table`, most recent first."""
+        width = 1 + 2 * len(self.features)
+        at, out = 0, []
+        for windows in self.shape:
+            out.append(range(at, at + windows * width, width))
+            at += windows * width
+        return out
+
     @property
     def sessions(self) -> tuple[tuple[WindowStats | None, ...], ...]:
         """The window stats of each session, most recent first, as objects."""
-        width = 1 + 2 * len(self.features)
-        table, at, out = self.table, 0, []
-        for windows in self.shape:
-            out.append(tuple(_stats(table, at + k * width, width) for k in range(windows)))
-            at += windows * width
-        return tuple(out)
+        f, table = len(self.features), self.table
+        return tuple(tuple(None if table[k] == _NONE else _stats(table, k, f) for k in starts)
+                     for starts in self.blocks())
 
     def plain_sessions(self) -> list[list[dict[str, object] | None]]:
         """:attr:`sessions` as plain values, each window's fields in :class:`WindowStats`'s
@@ -130,18 +136,11 @@ class AttunementBaseline:
         [[{'n': 5, 'mean': [0.5], 'm2': [0.1]}, None]]
         """
         f = len(self.features)
-        width = 1 + 2 * f
-        table, at, out = self.table, 0, []
-        for windows in self.shape:
-            row: list[dict[str, object] | None] = []
-            for _ in range(windows):
-                n = table[at]
-                row.append(None if n == _NONE else {
-                    "n": int(n), "mean": table[at + 1:at + 1 + f].tolist(),
-                    "m2": table[at + 1 + f:at + width].tolist()})
-                at += width
-            out.append(row)
-        return out
+        table = self.table
+        return [[None if table[k] == _NONE else {
+                    "n": int(table[k]), "mean": table[k + 1:k + 1 + f].tolist(),
+                    "m2": table[k + 1 + f:k + 1 + 2 * f].tolist()} for k in starts]
+                for starts in self.blocks()]
 
     def window(self, w: int, decay: float) -> Window:
         """Stats of window ``w`` across sessions, with recency weights ``decay**age``."""
@@ -192,31 +191,21 @@ class Window(Sequence[tuple[WindowStats, float]]):
         self.baseline, self.w, self.decay = baseline, w, decay
         self._pairs: list[tuple[WindowStats, float]] | None = None
 
+    def _found(self) -> list[tuple[int, int]]:
+        """The age and the block's start of each session's window ``w`` with turns in it."""
+        w, table = self.w, self.baseline.table
+        return [(age, starts[w]) for age, starts in enumerate(self.baseline.blocks())
+                if w < len(starts) and table[starts[w]] > 0]
+
     def turns(self) -> int:
         """The turns of these windows together, read without building their objects."""
-        b, w = self.baseline, self.w
-        width = 1 + 2 * len(b.features)
-        table, at, total = b.table, 0, 0
-        for windows in b.shape:
-            if w < windows and table[at + w * width] > 0:
-                total += int(table[at + w * width])
-            at += windows * width
-        return total
+        table = self.baseline.table
+        return sum(int(table[k]) for _, k in self._found())
 
     def _built(self) -> list[tuple[WindowStats, float]]:
         if self._pairs is None:
-            b, w = self.baseline, self.w
-            f = len(b.features)
-            width = 1 + 2 * f
-            table, at, pairs = b.table, 0, []
-            for age, windows in enumerate(b.shape):
-                k = at + w * width
-                if w < windows and table[k] > 0:
-                    pairs.append((WindowStats.held(int(table[k]), table[k + 1:k + 1 + f],
-                                                   table[k + 1 + f:k + width]),
-                                  self.decay ** age))
-                at += windows * width
-            self._pairs = pairs
+            f, table = len(self.baseline.features), self.baseline.table
+            self._pairs = [(_stats(table, k, f), self.decay ** age) for age, k in self._found()]
         return self._pairs
 
     def __len__(self) -> int:
@@ -249,12 +238,10 @@ def _values(windows: tuple[WindowStats | None, ...], f: int) -> list[float]:
     return out
 
 
-def _stats(table: array[float], at: int, width: int) -> WindowStats | None:
-    n = table[at]
-    if n == _NONE:
-        return None
-    f = (width - 1) // 2
-    return WindowStats(int(n), table[at + 1:at + 1 + f], table[at + 1 + f:at + width])
+def _stats(table: array[float], at: int, f: int) -> WindowStats:
+    """The window whose block starts at ``at`` (not a None one), over ``f`` features."""
+    return WindowStats.held(int(table[at]), table[at + 1:at + 1 + f],
+                            table[at + 1 + f:at + 1 + 2 * f])
 
 
 @fast_init
