@@ -21,7 +21,7 @@ nothing, as a step that raises.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from drift.baseline import UserBaselines
@@ -133,25 +133,20 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
         s = ev.slot_list[j]
         event = events[j]
         taken = status[j]
-        if taken == ST_SCORED or taken == ST_SIDE:
+        rest = _RESTS.get(taken)
+        if rest is not None:  # the kernel took the event: the rest of it is applied here
             try:
-                outcomes[j] = (_score(columns, s, event, config) if taken == ST_SCORED
-                               else _side(columns, s, event, config))
-            except Exception as exc:  # noqa: BLE001 - as a step that raises: no change
-                columns.restore(s)
-                outcomes[j] = exc
-            i = j + 1
-            continue
-        if taken == ST_STARTED or taken == ST_ENDED:
-            try:
-                applied = (_start if taken == ST_STARTED else _end)(columns, s, event, config)
+                applied = rest(columns, s, event, config)
             except Exception as exc:  # noqa: BLE001 - as a step that raises: no change
                 columns.restore(s)
                 outcomes[j] = exc
                 i = j + 1
                 continue
             if applied is not None:
-                outcomes[j], befores[j] = applied
+                if isinstance(applied, Effects):
+                    outcomes[j] = applied
+                else:
+                    outcomes[j], befores[j] = applied
                 i = j + 1
                 continue
             columns.restore(s)  # not one the slot takes as it is: the reference's, whole
@@ -231,6 +226,13 @@ def _end(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig
     return result, state
 
 
+_Rest = Callable[[UserColumns, int, FhrEvent, DriftConfig],
+                 Effects | tuple[Step, UserState] | None]
+"""The part of an event the kernel took that is applied to the user's state object: the
+event's effects, or its step and the state it was applied to; None, changing nothing, where
+the slot does not take the result and the event goes to the reference whole."""
+
+
 def _score(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -> Effects:
     """What a turn the kernel took reaches (a checkpoint, the re-attunement turn), on the
     turn log's rows the columns hold (:func:`drift.model_change.turn_reached`, as the
@@ -240,6 +242,11 @@ def _score(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -
     state, outputs = turn_reached(columns.looked_at(s), columns.baselines_at(s), ctx)
     columns.keep_looked(s, state)
     return Effects(outputs) if outputs else NO_EFFECTS
+
+
+_RESTS: dict[int, _Rest] = {ST_SCORED: _score, ST_SIDE: _side, ST_STARTED: _start,
+                            ST_ENDED: _end}
+"""What is applied here of each kind of event the kernel took, by its status."""
 
 
 def _may_erase(state: UserState, baselines: UserBaselines, event: FhrEvent,
