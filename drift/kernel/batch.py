@@ -133,7 +133,7 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
         s = ev.slot_list[j]
         event = events[j]
         taken = status[j]
-        rest = _RESTS.get(taken)
+        rest = _rest(taken)
         if rest is not None:  # the kernel took the event: the rest of it is applied here
             try:
                 applied = rest(columns, s, event, config)
@@ -244,9 +244,20 @@ def _score(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -
     return Effects(outputs) if outputs else NO_EFFECTS
 
 
-_RESTS: dict[int, _Rest] = {ST_SCORED: _score, ST_SIDE: _side, ST_STARTED: _start,
-                            ST_ENDED: _end}
-"""What is applied here of each kind of event the kernel took, by its status."""
+def _rest(taken: int) -> _Rest | None:
+    """What is applied here of an event the kernel took with status ``taken`` (looked up
+    when called, where the functions live, so that a wrapper set on them is called too).
+
+    >>> _rest(ST_SIDE).__name__, _rest(ST_APPLIED)
+    ('_side', None)
+    """
+    if taken == ST_SCORED:
+        return _score
+    if taken == ST_SIDE:
+        return _side
+    if taken == ST_STARTED:
+        return _start
+    return _end if taken == ST_ENDED else None
 
 
 def _may_erase(state: UserState, baselines: UserBaselines, event: FhrEvent,
