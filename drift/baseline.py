@@ -192,15 +192,22 @@ class Window(Sequence[tuple[WindowStats, float]]):
         self._pairs: list[tuple[WindowStats, float]] | None = None
 
     def _found(self) -> list[tuple[int, int]]:
-        """The age and the block's start of each session's window ``w`` with turns in it."""
-        w, table = self.w, self.baseline.table
-        return [(age, starts[w]) for age, starts in enumerate(self.baseline.blocks())
-                if w < len(starts) and table[starts[w]] > 0]
+        """The age and the block's start of each session's window ``w`` with turns in it
+        (a loop over the shape, not :meth:`AttunementBaseline.blocks`: every checkpoint
+        reads it)."""
+        b, w = self.baseline, self.w
+        width = 1 + 2 * len(b.features)
+        table, at, found = b.table, 0, []
+        for age, windows in enumerate(b.shape):
+            if w < windows and table[at + w * width] > 0:
+                found.append((age, at + w * width))
+            at += windows * width
+        return found
 
     def turns(self) -> int:
         """The turns of these windows together, read without building their objects."""
         table = self.baseline.table
-        return sum(int(table[k]) for _, k in self._found())
+        return sum([int(table[k]) for _, k in self._found()])
 
     def _built(self) -> list[tuple[WindowStats, float]]:
         if self._pairs is None:
