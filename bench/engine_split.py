@@ -77,6 +77,10 @@ PARTS = (
      "fold (fold_batch)"),
     ("their baseline fold", "drift.fold", "fold_session",
      "session ends the kernel took (_end)"),
+    ("their state built from the columns (state_at)", "drift.kernel.columns",
+     "UserColumns.state_at", "session ends the kernel took (_end)"),
+    ("their state loaded into the columns (put_at)", "drift.kernel.columns",
+     "UserColumns.put_at", "session ends the kernel took (_end)"),
     ("state built from the columns (state_at)", "drift.kernel.columns", "UserColumns.state_at",
      "fold (fold_batch)"),
     ("state loaded into the columns (put_at)", "drift.kernel.columns", "UserColumns.put_at",
@@ -104,8 +108,10 @@ PARTS = (
 
 class Timers:
     """Calls and seconds per part, gathered by wrappers set on the modules. A part with a
-    parent is timed only while its parent runs (``UserColumns.state_at`` is called by the
-    fold and by the checkpoint too: only the fold's calls are the fold's)."""
+    parent is timed only while its parent runs and none of its siblings does
+    (``UserColumns.state_at`` is called by the fold's hand-offs, by the session ends the
+    kernel took, and by the checkpoint: each call is counted in one row only). So the
+    parts under a parent never overlap, and the parent's rest is never negative."""
 
     def __init__(self) -> None:
         self.calls: dict[str, int] = {}
@@ -113,18 +119,21 @@ class Timers:
         self.running: dict[str, int] = {}
 
     def wrap(self, label: str, fn: Callable[..., Any], parent: str | None = None,
-             keep: bool = False) -> Callable[..., Any]:
-        """``fn`` timed as ``label``; ``keep`` adds to the label's figures so far (a part
-        wrapped anew at each call) instead of starting them."""
+             keep: bool = False, siblings: Sequence[str] = ()) -> Callable[..., Any]:
+        """``fn`` timed as ``label``, except while one of ``siblings`` runs; ``keep`` adds to
+        the label's figures so far (a part wrapped anew at each call) instead of starting
+        them."""
         if not keep or label not in self.calls:
             self.calls[label], self.seconds[label] = 0, 0.0
         self.running.setdefault(label, 0)
         clock = time.perf_counter
         running = self.running
+        others = tuple(s for s in siblings if s != label)
 
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if parent is not None and not running.get(parent):
+            if parent is not None and (not running.get(parent)
+                                       or any(running.get(s) for s in others)):
                 return fn(*args, **kwargs)
             running[label] += 1
             started = clock()
@@ -148,7 +157,8 @@ def install(timers: Timers) -> None:
         *path, attr = name.split(".")
         for part in path:
             owner = getattr(owner, part)
-        timed = timers.wrap(label, getattr(owner, attr), parent)
+        siblings = [p[0] for p in PARTS if p[3] == parent] if parent is not None else []
+        timed = timers.wrap(label, getattr(owner, attr), parent, siblings=siblings)
         if isinstance(inspect.getattr_static(owner, attr), staticmethod):
             timed = staticmethod(timed)
         setattr(owner, attr, timed)
