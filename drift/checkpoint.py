@@ -173,13 +173,18 @@ def hold_kinds(att: float | None, sem: float | None, saf: float | None,
     >>> sorted(k.value for k in hold_kinds(0.9, 0.1, 0.0, DriftConfig()))
     ['attunement']
     """
-    values = {BaselineKind.ATTUNEMENT: att, BaselineKind.SEMANTIC: sem,
-              BaselineKind.SAFETY: saf}
-    strong = {k for k, v in values.items() if v is not None
-              and (v >= config.threshold_medium or (k is BaselineKind.SAFETY and v > 0))}
-    if strong:
-        return frozenset(strong)
-    return frozenset(k for k, v in values.items() if v)
+    medium = config.threshold_medium
+    strong = _KINDS[(att is not None and att >= medium)
+                    + 2 * (sem is not None and sem >= medium)
+                    + 4 * (saf is not None and (saf >= medium or saf > 0))]
+    return strong if strong else _KINDS[bool(att) + 2 * bool(sem) + 4 * bool(saf)]
+
+
+#: The kinds of each subset of (attunement, semantic, safety), by its bits 1, 2 and 4: every
+#: score asks for one, so they are made once.
+_KINDS = tuple(frozenset(k for bit, k in ((1, BaselineKind.ATTUNEMENT), (2, BaselineKind.SEMANTIC),
+                                          (4, BaselineKind.SAFETY)) if mask & bit)
+               for mask in range(8))
 
 
 def _attribution(driver: str, att: AttunementTest | None, sem: float | None,

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from drift.evolve import fast_init
 from drift.model import DriftConfig, Tier
-from drift.sums import left_sum
 
 
 def semantic_drift(referenced: Mapping[str, str]) -> float | None:
@@ -36,7 +35,9 @@ def safety_drift(baseline: tuple[str, str, str], current: tuple[str, str, str]) 
     >>> safety_drift(("g1", "p1", "c1"), ("g1", "p2", "c1"))
     0.3333333333333333
     """
-    return sum(1 for a, b in zip(baseline, current) if a != b) / len(baseline)
+    changed = (baseline[0] != current[0]) + (baseline[1] != current[1]) \
+        + (baseline[2] != current[2])
+    return changed / 3
 
 
 @fast_init
@@ -68,16 +69,26 @@ def composite(
     >>> composite(None, None, None, cfg) is None
     True
     """
-    parts = {
-        "attunement": (attunement, config.weight_attunement),
-        "semantic": (semantic, config.weight_semantic),
-        "safety": (safety, config.weight_safety),
-    }
-    available = {k: v * w for k, (v, w) in parts.items() if v is not None}
-    if not available:
+    # Straight-line on purpose: every checkpoint scores here. The weighted components are
+    # added left to right (as drift.sums.left_sum does) and the driver is the first of the
+    # largest, in the order attunement, semantic, safety.
+    total, driver, top = 0.0, "", 0.0
+    if attunement is not None:
+        top = attunement * config.weight_attunement
+        total, driver = total + top, "attunement"
+    if semantic is not None:
+        weighted = semantic * config.weight_semantic
+        total += weighted
+        if not driver or weighted > top:
+            driver, top = "semantic", weighted
+    if safety is not None:
+        weighted = safety * config.weight_safety
+        total += weighted
+        if not driver or weighted > top:
+            driver, top = "safety", weighted
+    if not driver:
         return None
-    score = min(1.0, left_sum(available.values()))
-    driver = max(available, key=lambda k: available[k])
+    score = min(1.0, total)
     if safety:
         return Composite(max(score, config.threshold_high), Tier.HIGH, "safety")
     tier = (Tier.HIGH if score >= config.threshold_high

@@ -194,17 +194,21 @@ def score_attunement(
     n = len(features)
     rows = np.array(current, dtype=np.float64).reshape(len(current), n)
     found = baseline_windows if type(baseline_windows) is Window else None
+    out = np.empty(3 * n + 2)
+    m2 = np.array(pooled[0], dtype=np.float64)
+    share = look_share(look, config)
     if found is not None and found.baseline.features == features:
         # A baseline's window over these features, read where its numbers are: no window
-        # objects built.
+        # objects built, and one compiled call.
         b = found.baseline
-        base = _base_rows(np.frombuffer(b.table, dtype=np.float64), _shape(b.shape),
-                          found.w, found.decay, n)
+        exact = _window_scores(rows, np.frombuffer(b.table, dtype=np.float64), _shape(b.shape),
+                               found.w, found.decay, m2, pooled[1], _kinds(features),
+                               config.core_share, share, out)
     else:
         base = np.array([(s.n, w, *s.mean) for s, w in baseline_windows], dtype=np.float64)
-    out = np.empty(3 * n + 2)
-    if not _scores(rows, base, np.array(pooled[0], dtype=np.float64), pooled[1],
-                   _kinds(features), config.core_share, look_share(look, config), out):
+        exact = _scores(rows, base, m2, pooled[1], _kinds(features), config.core_share, share,
+                        out)
+    if not exact:
         return score_attunement_drift(current, features, baseline_windows, pooled, look,
                                       window, config)
     values = out.tolist()
@@ -236,6 +240,19 @@ def _base_rows(table: npt.NDArray[np.float64], shape: npt.NDArray[np.int64], w: 
             rows += 1
         at += shape[age] * width
     return out[:rows].copy()
+
+
+@compiled("b1(f8[:, ::1], f8[::1], i8[::1], i8, f8, f8[::1], i8, b1[:, ::1], f8, f8, "
+          "f8[::1])")
+def _window_scores(current: npt.NDArray[np.float64], table: npt.NDArray[np.float64],
+                   shape: npt.NDArray[np.int64], w: int, decay: float,
+                   pooled_m2: npt.NDArray[np.float64], pooled_df: int,
+                   kinds: npt.NDArray[np.bool_], core_share: float, share: float,
+                   out: npt.NDArray[np.float64]) -> bool:
+    """:func:`_scores` of window ``w`` of a baseline's ``table`` (:func:`_base_rows`), in
+    one call from Python."""
+    base = _base_rows(table, shape, w, decay, current.shape[1])
+    return _scores(current, base, pooled_m2, pooled_df, kinds, core_share, share, out)
 
 
 @functools.lru_cache(maxsize=64)
