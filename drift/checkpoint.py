@@ -27,7 +27,7 @@ from drift.outputs import (
     Response,
 )
 from drift.reattune import ReattuneScoring, score_reattunement
-from drift.state import SessionState, UserState
+from drift.state import SessionState, TurnLog, UserState
 
 
 @fast_init
@@ -114,21 +114,23 @@ def checkpoint(state: UserState, baselines: UserBaselines, ctx: StepContext, tag
     sem = semantic_drift(session.referenced) if baselines.semantic is not None else None
     saf = (safety_drift(baselines.safety.fields(), session.safety)
            if baselines.safety is not None else None)
-    state = evolve(state, session=evolve(session, turns=session.turns.looked()))
-    return rate(state, baselines, ctx, tag, att, sem, saf)
+    return rate(state, baselines, ctx, tag, att, sem, saf, session.turns.looked())
 
 
 def rate(state: UserState, baselines: UserBaselines, ctx: StepContext, tag: str,
          att: AttunementTest | None, sem: float | None, saf: float | None,
-         ) -> tuple[UserState, tuple[Output, ...]]:
-    """The score of these components, and the responses the ladder climbs to."""
+         looked: TurnLog | None = None) -> tuple[UserState, tuple[Output, ...]]:
+    """The score of these components, and the responses the ladder climbs to; ``looked``
+    is the session's turn log after a checkpoint's look (the session's is kept if None)."""
     session = state.session
     assert session is not None
     config = ctx.config
+    turns = session.turns if looked is None else looked
     att_drift = att.drift if att else None
     comp = composite(att_drift, sem, saf, config)
     if comp is None:
-        return state, ()
+        return (state if looked is None else evolve(state, session=evolve(session, turns=turns)),
+                ())
     kinds = hold_kinds(att_drift, sem, saf, config)
     score_id = derive_id("score", state.user_id, session.session_id, tag, ctx.event_id)
     climbed = ladder.step(state.ladder, comp.tier, kinds, score_id)
@@ -152,7 +154,7 @@ def rate(state: UserState, baselines: UserBaselines, ctx: StepContext, tag: str,
                            ctx.event_id),
                  state.user_id, session.session_id, ctx.ts_s, action, ctx.event_id, detail)
         for action in climbed.actions)
-    session = evolve(session, scores=session.scores + 1,
+    session = evolve(session, turns=turns, scores=session.scores + 1,
                       max_tier=max(session.max_tier, effective))
     return evolve(state, ladder=climbed.state, session=session), (score, *responses)
 

@@ -105,16 +105,14 @@ def reattune(state: UserState, baselines: UserBaselines, ctx: StepContext
     assert session is not None
     config = ctx.config
     progress = evolve(session.model_change, reattune_done=True)
-    session = evolve(session, model_change=progress)
-    state = evolve(state, session=session)
     base = baselines.attunement
     early_rows = session.turns.early_rows
-    if base is None or not early_rows or not base.late_profile:
-        return state, ()
-    layout = feature_layout(session.mode.value, base.features)
+    layout = (feature_layout(session.mode.value, base.features)
+              if base is not None and early_rows and base.late_profile else None)
+    if layout is None or not layout.features:
+        return evolve(state, session=evolve(session, model_change=progress)), ()
+    assert base is not None
     feats, base_idx, cols = layout.features, layout.base_idx, layout.cols
-    if not feats:
-        return state, ()
     early = [[row[c] for c in cols] for row in early_rows]
     late = [base.late_profile[i] for i in base_idx]
     turn_sd = base.turn_sd()
@@ -126,13 +124,14 @@ def reattune(state: UserState, baselines: UserBaselines, ctx: StepContext
                           derive_id("reattune", state.user_id, session.session_id, ctx.event_id),
                           BaselineRef.of(base.meta))
     passed = result.passed
+    required = state.reattune_required
     out: Output
     if progress.detected:
         progress = evolve(progress, reattune_completed=passed)
         if passed:
             out = _response(state, Action.REATTUNE_COMPLETED, ctx,
                             ReattuneDetail(Posture.RESTORED, (), result))
-            state = evolve(state, reattune_required=False)
+            required = False
         else:
             out = _response(state, Action.REATTUNE_FAILED, ctx,
                             ReattuneDetail(Posture.CONSERVATIVE, OFFERS, result))
@@ -140,7 +139,8 @@ def reattune(state: UserState, baselines: UserBaselines, ctx: StepContext
         out = ReattuneQualityScore(result.reattune_id, state.user_id, session.session_id,
                                    ctx.ts_s, session.turns.n_turns, ctx.event_id, result)
     session = evolve(session, model_change=progress, reattune_quality=result.score.quality)
-    state, escalations = sustained_low(evolve(state, session=session), result, ctx)
+    state, escalations = sustained_low(
+        evolve(state, session=session, reattune_required=required), result, ctx)
     return state, (out, *escalations)
 
 
