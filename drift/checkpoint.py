@@ -129,8 +129,9 @@ def rate(state: UserState, baselines: UserBaselines, ctx: StepContext, tag: str,
     att_drift = att.drift if att else None
     comp = composite(att_drift, sem, saf, config)
     if comp is None:
-        return (state if looked is None else evolve(state, session=evolve(session, turns=turns)),
-                ())
+        if looked is not None:
+            state = evolve(state, session=evolve(session, turns=looked))
+        return state, ()
     kinds = hold_kinds(att_drift, sem, saf, config)
     score_id = derive_id("score", state.user_id, session.session_id, tag, ctx.event_id)
     climbed = ladder.step(state.ladder, comp.tier, kinds, score_id)
