@@ -10,10 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from drift.attunement import CORE_FEATURES, look_share, score_attunement_drift, severity
+from drift.checkpoint import hold_kinds
 from drift.composite import composite
 from drift.features import WindowStats
-from drift.model import DriftConfig, Tier
-from drift.sums import column_means
+from drift.model import BaselineKind, DriftConfig, Tier
+from drift.sums import column_means, left_sum
 from tests.conftest import examples
 
 unit = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
@@ -99,6 +100,48 @@ def test_more_evidence_never_lowers_the_composite(att: float, sem: float, extra:
     # Adding a component never lowers the score of the others either.
     alone = composite(att, None, None, cfg)
     assert alone is not None and base.score >= alone.score
+
+
+# Values that tie often (0.0 and equal weights drawn), so the driver's order is exercised.
+tied = st.one_of(st.none(), st.sampled_from([0.0, 0.25, 0.5, 1.0]), unit)
+
+
+@given(tied, tied, tied, configs())
+@settings(max_examples=examples(400), deadline=None)
+def test_the_composite_adds_left_to_right_and_the_first_of_the_largest_drives(
+    att: float | None, sem: float | None, saf: float | None, cfg: DriftConfig,
+) -> None:
+    """The contract, float for float: the weighted components present, in the order
+    attunement, semantic, safety, added one by one from 0.0 and capped at 1; the driver the
+    first of the largest; any safety mismatch high, at least at the high threshold."""
+    weighted = {name: value * w for name, value, w in (
+        ("attunement", att, cfg.weight_attunement), ("semantic", sem, cfg.weight_semantic),
+        ("safety", saf, cfg.weight_safety)) if value is not None}
+    result = composite(att, sem, saf, cfg)
+    if not weighted:
+        assert result is None
+        return
+    assert result is not None
+    score = min(1.0, left_sum(weighted.values()))
+    if saf:
+        assert (result.score, result.tier, result.driver) == (
+            max(score, cfg.threshold_high), Tier.HIGH, "safety")
+        return
+    assert result.score == score
+    assert result.driver == max(weighted, key=lambda name: weighted[name])
+
+
+@given(tied, tied, tied, configs())
+@settings(max_examples=examples(400), deadline=None)
+def test_a_hold_names_the_strong_components_else_every_one_that_added(
+    att: float | None, sem: float | None, saf: float | None, cfg: DriftConfig,
+) -> None:
+    values = {BaselineKind.ATTUNEMENT: att, BaselineKind.SEMANTIC: sem,
+              BaselineKind.SAFETY: saf}
+    strong = {k for k, v in values.items() if v is not None
+              and (v >= cfg.threshold_medium or (k is BaselineKind.SAFETY and v > 0))}
+    expected = strong or {k for k, v in values.items() if v}
+    assert hold_kinds(att, sem, saf, cfg) == frozenset(expected)
 
 
 def test_without_semantic_or_safety_change_the_composite_is_the_attunement_component() -> None:
