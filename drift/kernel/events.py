@@ -102,7 +102,7 @@ class EventColumns:
         ts: list[float] = []
         sessions: list[int] = []
         flags: list[int] = []
-        rows: list[tuple[float, ...]] = []
+        rows: list[float] = []  # flat: a 2-D array from one list of floats is built faster
         for e in events:
             slots.append(slot_of(e.user_id))
             ts.append(e.ts_s)
@@ -114,11 +114,11 @@ class EventColumns:
                     row = transform_turn(body)
                 except Exception:  # noqa: BLE001 - the reference raises on it, and says so
                     kinds.append(KIND_OTHER)
-                    rows.append(_NO_ROW)
+                    rows += _NO_ROW
                     flags.append(f)
                     continue
                 kinds.append(KIND_TURN)
-                rows.append(row)
+                rows += row
                 if body.ae_severity in BLOCKING_SEVERITIES:
                     f |= _AE
                 if body.care_override:
@@ -133,7 +133,7 @@ class EventColumns:
                     f |= EV_REFLECTION
             else:
                 kinds.append(_kind(body, e.ephemeral))
-                rows.append(_NO_ROW)
+                rows += _NO_ROW
             flags.append(f)
         for s in set(slots):
             columns.bind_session(s)
