@@ -41,13 +41,16 @@ class Rebuild:
 
     def start(self, partition: int, replay_from: int | None) -> None:
         """Replay ``partition`` from ``replay_from`` (stored), if that is below its next
-        offset."""
+        offset. A rewind asked by an earlier owning of the partition is forgotten: each
+        owning's first batch may come from the group's offset again."""
+        self._rewound.pop(partition, None)
         if replay_from is not None and replay_from < self.next_offsets.get(partition, 0):
             self.replaying[partition] = replay_from
 
     def forget(self, partitions: set[int]) -> None:
         for p in partitions:
             self.replaying.pop(p, None)
+            self._rewound.pop(p, None)
 
     def fetch_from(self, partition: int) -> int:
         """The offset to read ``partition`` from: the replay's, if one is under way."""

@@ -92,12 +92,18 @@ class Run:
         assert self.store is not None
         self.store.commit_batch(self.engine.take_checkpoint())
 
-    def feed(self, log: list[Record], rng: random.Random, crashes: int) -> None:
+    def feed(self, log: list[Record], rng: random.Random, crashes: int, moves: bool = False
+             ) -> None:
         """The log in batches, checkpointed every few, crashing ``crashes`` times at
         random batches. After a crash every partition is read again from where the
         restarted engine says, except that, as a consumer may, the first batch sometimes
         comes from the stored next offset (the group's) before the seek takes; the
-        engine then asks to rewind."""
+        engine then asks to rewind.
+
+        With ``moves``, a crash is a rebalance instead: the same engine checkpoints, lets
+        every partition go and takes them back, and the first batch always comes from the
+        group's offset; half the time the partitions move again right after that batch,
+        before the replay has read a record (an owner that gets them back at once)."""
         position = dict.fromkeys(range(PARTITIONS), 0)
         batches = 0
         crash_at = sorted(rng.sample(range(1, 3 * len(log) // 40), crashes)) if crashes else []
@@ -117,10 +123,17 @@ class Run:
             batches += 1
             if batch.erased or batches % every == 0:
                 self.checkpoint()
+            if moves and batch.rewind and rng.random() < 0.5:
+                crash_at.insert(0, batches)
             if crash_at and batches == crash_at[0]:
                 crash_at.pop(0)
-                self.engine = self._start()
-                stale = rng.random() < 0.5
+                if moves:
+                    self.checkpoint()
+                    self.engine.revoke(range(PARTITIONS))
+                    self.engine.assign(range(PARTITIONS))
+                else:
+                    self.engine = self._start()
+                stale = moves or rng.random() < 0.5
                 position = {p: self.engine.next_offsets[p] if stale
                             else self.engine.fetch_from(p) for p in range(PARTITIONS)}
         self.checkpoint()
@@ -145,13 +158,16 @@ def test_the_log_has_outputs_that_only_memory_can_give(tmp_path: Path) -> None:
 
 # Three seeds by default, twelve with HYPOTHESIS_PROFILE=full (docs/testing.md).
 @pytest.mark.parametrize("seed", range(12 if PROFILE == "full" else 3))
+@pytest.mark.parametrize("moves", [False, True], ids=["crashes", "moves"])
 def test_crashes_at_random_batches_publish_exactly_what_one_run_without_does(
-        tmp_path: Path, seed: int) -> None:
+        tmp_path: Path, seed: int, moves: bool) -> None:
+    """Crashes (a new engine on the file), or partitions moved away and back to the same
+    engine, with the first batch after each from the group's offset."""
     log = _log()
     clean = Run(tmp_path / "clean.duckdb")
     clean.feed(log, random.Random(seed), crashes=0)
     crashed = Run(tmp_path / "crashed.duckdb")
-    crashed.feed(log, random.Random(seed), crashes=10)
+    crashed.feed(log, random.Random(seed), crashes=10, moves=moves)
     missing = sorted(set(clean.published) - set(crashed.published))
     extra = sorted(set(crashed.published) - set(clean.published))
     differ = sorted(i for i in set(clean.published) & set(crashed.published)
