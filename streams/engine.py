@@ -37,17 +37,8 @@ from drift.erasure import expiry_due, operator_erase
 from drift.fold import Step, due, summarize, sweep
 from drift.kernel import fold_batch
 from drift.kernel.attunement import score_attunement
-from drift.model import (
-    DriftConfig,
-    FhrEvent,
-    Tick,
-)
-from drift.outputs import (
-    NO_EFFECTS,
-    ErasureReceipt,
-    SessionSummary,
-    dead_letter_id,
-)
+from drift.model import DriftConfig, FhrEvent, Tick
+from drift.outputs import NO_EFFECTS, ErasureReceipt, SessionSummary, dead_letter_id
 from drift.state import UserState
 from streams import topics
 from streams.carry_out import CarryOut
@@ -168,9 +159,17 @@ class Engine:
         run: list[int] = []
         for index, (record, item) in enumerate(zip(records, items, strict=True)):
             p = record.partition
-            if p not in replaying and record.offset < ahead.get(p, 0):
+            if p in replaying:  # replayed here, unless the replay ends before the record
+                batch.stopped_at = self._fold(records, items, run, batch, touched, now,
+                                              stop_before_erasure)
+                run = []
+                if batch.stopped_at is not None:
+                    break
+                if not self.rebuild.take(record, item, batch):
+                    continue
+            if record.offset < ahead.get(p, 0):
                 continue
-            if p not in replaying and not isinstance(item, Tick):
+            if not isinstance(item, Tick):
                 run.append(index)
                 ahead[p] = record.offset + 1
                 continue
@@ -179,10 +178,6 @@ class Engine:
             run = []
             if batch.stopped_at is not None:
                 break
-            if p in replaying:
-                self.rebuild.take(record, item, batch)
-                continue
-            assert isinstance(item, Tick)
             if item.app_id == self.app_id and stop_before_erasure \
                     and self.expiring(p, item.ts_s):
                 batch.stopped_at = index

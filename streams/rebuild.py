@@ -57,21 +57,29 @@ class Rebuild:
         return self.replaying.get(partition, self.next_offsets.get(partition, 0))
 
     def take(self, record: InputRecord, item: FhrEvent | Tick | Rejection,
-             batch: PendingBatch) -> None:
+             batch: PendingBatch) -> bool:
         """A record of a partition under replay: replayed if it is the next one, skipped if
         replayed already; a later one means the consumer skipped part of the replay (it
         fetched from the group's offset before the seek took), so the batch asks the shell
         to seek back, once. A second time at the same offset is a gap in the log (a
-        transaction marker takes an offset), and the replay goes on past it."""
+        transaction marker takes an offset), and the replay goes on past it.
+
+        True when the replay ended before the record: a record at or past the partition's
+        next offset is the checkpoint's to process, never replayed silently (its outputs
+        were not published)."""
         p, at = record.partition, self.replaying[record.partition]
         if record.offset < at or p in batch.rewind:
-            return
+            return False
         if record.offset > at and self._rewound.get(p) != at:
             self._rewound[p] = batch.rewind[p] = at
             log.info("replay resumed from its start after records from a later offset",
                      extra={"partitions": [p], "offset": at})
-            return
+            return False
+        if record.offset >= self.next_offsets.get(p, 0):
+            del self.replaying[p]
+            return True
         self._replay(record, item)
+        return False
 
     def _replay(self, record: InputRecord, item: FhrEvent | Tick | Rejection) -> None:
         """Apply the record to the users the store does not hold as of it."""

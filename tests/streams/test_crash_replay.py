@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,31 @@ def test_a_restart_after_any_record_of_a_durable_user_changes_nothing(tmp_path: 
         runs[name] = run.published
     assert any(json.loads(v)["session_id"] == "d-back" for v in runs["clean"].values())
     assert runs["restarted"] == runs["clean"]
+
+
+def test_a_record_past_the_replay_is_processed_never_replayed(tmp_path: Path) -> None:
+    """A restore whose replay starts below the next offset, and the consumer's first batch
+    from the next offset twice (the second time the engine takes the jump for a gap in the
+    log): the record at the next offset is past what the checkpoint covered, so it is
+    processed and its outputs published, not applied silently as part of the replay."""
+    log = _log()
+    clean, run = Run(tmp_path / "clean.duckdb"), Run(tmp_path / "restored.duckdb")
+    clean.engine.process(log[:1])
+    for record, nxt in pairwise(log):
+        run.engine.process([record])
+        expected = {json.loads(m.value)["id"] for m in clean.engine.process([nxt]).messages}
+        if not expected or nxt.key is None or nxt.key.startswith(b"mem-"):
+            continue  # a restore before a durable user's record with outputs
+        run.checkpoint()
+        run.engine = run._start()
+        p = nxt.partition
+        if run.engine.fetch_from(p) < nxt.offset:
+            break
+    else:
+        raise AssertionError("no restore with a replay before a durable user's output")
+    rest = [r for r in log if r.partition == p and r.offset >= nxt.offset]
+    stale = run.engine.process(rest)
+    assert stale.rewind == {p: run.engine.fetch_from(p)} and not stale.messages
+    again = run.engine.process(rest)
+    assert expected <= {json.loads(m.value)["id"] for m in again.messages}
+    assert run.engine.next_offsets[p] == rest[-1].offset + 1
