@@ -19,13 +19,14 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 from kafka.partitioner.default import murmur2
 
+from drift.evolve import evolve
 from streams import topics
 from streams.broker import free_loopback_port
 
@@ -96,7 +97,7 @@ def build_stream(total: int, users: int, seed: int, start: float | None = None) 
             shift = float(rng.uniform(0.0, session_span))
             key = events[0].user_id.encode()
             for e in events:
-                e2 = replace(e, ts_s=e.ts_s + shift)
+                e2 = evolve(e, ts_s=e.ts_s + shift)
                 rows.append((e2.ts_s, key, encode_event(e2), e2.event_id))
         if len(rows) >= total:
             break

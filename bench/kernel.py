@@ -34,11 +34,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
+
+from drift.evolve import evolve
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -80,7 +81,7 @@ def build_events(records: int, users: int, seed: int) -> list[FhrEvent]:
     for evs, _ in simulate(seed, list(Scenario), per_scenario, 1.8e9, params):
         shift = float(rng.uniform(0.0, span))
         for e in evs:
-            e2 = replace(e, ts_s=e.ts_s + shift)
+            e2 = evolve(e, ts_s=e.ts_s + shift)
             rows.append((e2.ts_s, e2.user_id.encode(), encode_event(e2)))
     rows.sort(key=lambda r: r[0])
     out = []

@@ -45,11 +45,13 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from drift.evolve import evolve
 
 # Run as a script (python bench/restore.py): the tree's root goes on sys.path before any
 # import of the tree. Every script needs these lines before its imports, so each keeps them.
@@ -130,7 +132,7 @@ def build_records(users_per_partition: int, partitions: int, test_sessions: int,
         users_in[partition_of(key, partitions)] += 1
         sessions[len(truth)] += 1
         for e in events:
-            e2 = replace(e, ts_s=e.ts_s + shift)
+            e2 = evolve(e, ts_s=e.ts_s + shift)
             rows.append((e2.ts_s, key, encode_event(e2), e2.event_id))
     rows.sort(key=lambda r: r[0])
     records = [(k, v, i) for _, k, v, i in rows]

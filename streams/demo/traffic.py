@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from drift.evolve import evolve
 from drift.model import (
     BaselineKind,
     BaselineReconfirmed,
@@ -136,7 +137,7 @@ class Story:
             last = event.ts_s
             yield _record(event)
             if k and isinstance(body, SessionStart) and e.session_id in self.notice_sessions:
-                yield _record(replace(event, event_id=f"{event.event_id}-notice",
+                yield _record(evolve(event, event_id=f"{event.event_id}-notice",
                                       event_type="model_change_notice_shown",
                                       body=NoticeShown(body.model)))
         for key, value in malformed(k):

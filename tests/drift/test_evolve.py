@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drift.evolve import fast_init
+from drift.evolve import evolve, fast_init
 from drift.model import FhrEvent, SessionEnd, Turn
 
 
@@ -46,12 +46,19 @@ def test_a_class_without_slots_gets_its_dict_at_once() -> None:
         value.a = 2  # type: ignore[attr-defined]
 
 
-def test_the_hot_domain_values_are_built_field_by_field() -> None:
+def test_the_values_built_for_every_record_are_frozen_structs_evolved_alike() -> None:
     turn = Turn.neutral(3, crisis=True)
-    assert [getattr(turn, f.name) for f in dataclasses.fields(Turn)] == [
+    assert [getattr(turn, f) for f in Turn.__struct_fields__] == [
         3, 0.5, 0.5, 0.0, False, False, 40, 900.0, "none", False, False, True, False]
     event = FhrEvent("e", "session_end", 1.0, "u", "s", False, SessionEnd(1, "closed"))
-    assert dataclasses.replace(event, user_id="v").user_id == "v"
+    moved = evolve(event, user_id="v", ts_s=2.0)
+    assert (moved.user_id, moved.ts_s, moved.body) == ("v", 2.0, event.body)
+    assert moved == FhrEvent("e", "session_end", 2.0, "v", "s", False, SessionEnd(1, "closed"))
+    assert hash(moved) == hash(evolve(moved, user_id="v")) and event.user_id == "u"
+    with pytest.raises(AttributeError):
+        event.user_id = "w"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        evolve(event, nope=1)
     with pytest.raises(TypeError):
         Turn(1)  # type: ignore[call-arg]
 

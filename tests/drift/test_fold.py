@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from drift.baseline import UserBaselines
+from drift.evolve import evolve
 from drift.fold import initial, step
 from drift.model import (
     BaselineKind,
@@ -621,7 +622,7 @@ def test_a_duplicate_id_with_another_body_is_ignored() -> None:
         state, baselines = done.state, done.baselines
     assert state.session is not None
     turns_before = state.session.turns.n_turns
-    copy = replace(first, body=turn(2, crisis=True), ts_s=first.ts_s + 5.0)
+    copy = evolve(first, body=turn(2, crisis=True), ts_s=first.ts_s + 5.0)
     again = step(state, baselines, copy, CFG)
     effects, after = again.effects, again.baselines
     assert effects.duplicate and effects.outputs == () and after is baselines

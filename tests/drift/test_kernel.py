@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 import drift.kernel.columns as columns_module
 from baselines.snapshot import encode_state
 from drift.baseline import UserBaselines
+from drift.evolve import evolve
 from drift.fold import initial, may_erase, step
 from drift.kernel import UserColumns, fold_batch
 from drift.kernel.layout import I_FLAGS, PY_ONLY
@@ -169,10 +170,10 @@ def _users_log(sessions: list[list[Plan]], resend: int, eph_every: int, seed: in
     own order kept); every ``eph_every``-th event of the first user marked ephemeral."""
     per_user = []
     for u, plan in enumerate(sessions):
-        evs = [replace(e, user_id=f"u{u}", event_id=f"u{u}-{e.event_id}")
+        evs = [evolve(e, user_id=f"u{u}", event_id=f"u{u}-{e.event_id}")
                for e in _events(plan, resend)]
         if u == 0 and eph_every:
-            evs = [replace(e, ephemeral=True) if k % eph_every == eph_every - 1 else e
+            evs = [evolve(e, ephemeral=True) if k % eph_every == eph_every - 1 else e
                    for k, e in enumerate(evs)]
         per_user.append(evs)
     rng = random.Random(seed)
@@ -341,7 +342,7 @@ def test_an_event_the_reference_raises_on_leaves_the_state_as_it_was() -> None:
                    Turn.neutral(1, user_tokens="x"))
     cols = UserColumns(DriftConfig())
     events = _users_log([[Plan(Mode.FULL, 0, "g1", 3, 0.0, (), False, 60.0)]], 0, 0, 0)
-    events = [replace(e, user_id="u") for e in events]
+    events = [evolve(e, user_id="u") for e in events]
     fold_batch(cols, events, DriftConfig())
     before = cols.states["u"]
     done = fold_batch(cols, [bad, events[-1]], DriftConfig())
