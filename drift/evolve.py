@@ -35,9 +35,7 @@ _MAKERS: dict[tuple[type, tuple[str, ...]], Callable[..., Any]] = {}
 
 def _maker(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
     if hasattr(cls, "__struct_fields__"):  # a frozen msgspec Struct: replaced in C
-        def replaced(self: Any, **changes: Any) -> Any:
-            return msgspec.structs.replace(self, **changes)
-        return replaced
+        return msgspec.structs.replace
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = set(changed) - set(names)
     if unknown:
