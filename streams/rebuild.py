@@ -41,13 +41,14 @@ class Rebuild:
 
     def start(self, partition: int, replay_from: int | None) -> None:
         """Replay ``partition`` from ``replay_from`` (stored), if that is below its next
-        offset. A rewind asked by an earlier owning of the partition is forgotten: each
-        owning's first batch may come from the group's offset again."""
-        self._rewound.pop(partition, None)
+        offset."""
         if replay_from is not None and replay_from < self.next_offsets.get(partition, 0):
             self.replaying[partition] = replay_from
 
     def forget(self, partitions: set[int]) -> None:
+        """Let go of partitions no longer owned, with any rewind they asked for: each owning's
+        first batch may come from the group's offset again (a partition is started again only
+        after it was forgotten)."""
         for p in partitions:
             self.replaying.pop(p, None)
             self._rewound.pop(p, None)
