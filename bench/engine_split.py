@@ -8,15 +8,16 @@ limits the worker can be read as a table instead of a flame graph:
 - decode (``Engine.decode``: msgspec, validation, domain values), and the domain events
   alone (``streams.codec.to_domain``);
 - the fold (``drift.kernel.fold_batch``): the batch's event columns, the compiled kernel
-  (``apply_turns``), the turns it took that reach a checkpoint (scored by its caller, on
-  rows read back from the columns: their checkpoint, and at the re-attunement turn its
+  (``apply_turns``), the turns it took that reach a checkpoint (scored by its caller on
+  the slot's state object: their checkpoint, and at the re-attunement turn its
   re-attunement), the session starts and ends it took (opened or closed on the state
   object, the result written into the slot), the events it hands to the reference
   (``drift.fold.step``): re-attunement, the baseline fold at session end, the session
   start; and the hand-offs' conversions, a user's state built from the columns before
   the reference's step and loaded back into them after it;
 - scoring at checkpoints wherever the fold calls it (``checkpoint``: the attunement test,
-  the composite, the response ladder), and the attunement test alone;
+  the composite, the response ladder), and the attunement test alone (the reference's, or
+  the kernel's of the rows its turn row holds);
 - the shell (``Engine.process`` less decode and fold: metrics, output encoding, staging);
 - the checkpoint write (every 5,000 records as in ``bench/instructions.py``): the staged
   states built from the columns (``Memory.take``), their rows as Arrow tables
@@ -63,7 +64,7 @@ PARTS = (
      "fold (fold_batch)"),
     ("kernel (apply_turns)", "drift.kernel.batch", "apply_turns", "fold (fold_batch)"),
     ("turns the kernel scored", "drift.kernel.batch", "_score", "fold (fold_batch)"),
-    ("their rows from the columns (looked_at)", "drift.kernel.columns", "UserColumns.looked_at",
+    ("their state from the slot (scored_at)", "drift.kernel.columns", "UserColumns.scored_at",
      "turns the kernel scored"),
     ("their checkpoint (checkpoint)", "drift.model_change", "checkpoint",
      "turns the kernel scored"),
@@ -95,6 +96,7 @@ PARTS = (
     ("scoring at checkpoints", "drift.model_change", "checkpoint", None),
     ("scoring at checkpoints", "drift.fold", "checkpoint", None),
     ("attunement test", "drift.checkpoint", "attunement_test", "scoring at checkpoints"),
+    ("attunement test", "drift.kernel.batch", "attunement_of_rows", "scoring at checkpoints"),
     ("the staged states built (Memory.take)", "streams.memory", "Memory.take", CHECKPOINT),
     ("their rows (rows_of)", "baselines.store", "BaselineStore.rows_of", CHECKPOINT),
     ("the states' snapshots (state_table)", "baselines.store", "state_table",

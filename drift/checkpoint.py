@@ -9,11 +9,12 @@ responses it climbs to.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from drift import ladder
 from drift.attunement import AttunementScore, AttunementTest, score_attunement_drift
-from drift.baseline import Baseline, UserBaselines, derive_id
+from drift.baseline import Baseline, UserBaselines, Window, derive_id
 from drift.composite import composite, safety_drift, semantic_drift
 from drift.evolve import evolve, fast_init
 from drift.model import FEATURES, MODE_FEATURES, BaselineKind, DriftConfig, Mode
@@ -27,7 +28,10 @@ from drift.outputs import (
     Response,
 )
 from drift.reattune import ReattuneScoring, score_reattunement
-from drift.state import SessionState, TurnLog, UserState
+from drift.state import Row, SessionState, TurnLog, UserState
+
+AttunementTestOf = Callable[[SessionState, UserBaselines, DriftConfig], AttunementTest | None]
+"""A checkpoint's attunement test of an open session (:attr:`StepContext.attunement`)."""
 
 
 @fast_init
@@ -47,6 +51,10 @@ class StepContext:
     reattune: ReattuneScoring = score_reattunement
     """How a re-attunement is scored: the reference's function, or the compiled kernel's
     twin."""
+    attunement: AttunementTestOf | None = None
+    """The checkpoint's attunement test of the turns since the last look: None to read them
+    in the session's turn log (:func:`attunement_test`), or a function that reads them where
+    the compiled kernel holds them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,32 +85,52 @@ def feature_layout(mode: str, available: tuple[str, ...]) -> Layout:
     return Layout(feats, base_idx, cols, feats == available == FEATURES)
 
 
-def attunement_test(session: SessionState, baselines: UserBaselines, config: DriftConfig,
-                    score: AttunementScore = score_attunement_drift) -> AttunementTest | None:
-    """The attunement statistic of the turns since the last look, or None without a baseline."""
+Inputs = tuple[Layout, Window, tuple[tuple[float, ...], int], int, int]
+"""What a checkpoint's attunement statistic reads besides the rows: the features' layout,
+the baseline's window, its pooled squares and degrees of freedom, the look and the window."""
+
+
+def attunement_inputs(session: SessionState, baselines: UserBaselines, config: DriftConfig,
+                      n_rows: int) -> Inputs | None:
+    """What the attunement statistic of ``n_rows`` turns since the last look reads besides
+    them; None where there is no statistic (no baseline, no rows, no shared feature, too few
+    baseline turns or degrees of freedom)."""
     base = baselines.attunement
-    rows_now = session.turns.current_rows
-    if base is None or not rows_now:
+    if base is None or not n_rows:
         return None
     layout = feature_layout(session.mode.value, base.features)
-    feats = layout.features
-    if not feats:
+    if not layout.features:
         return None
     looks = session.turns.looks
     w = min(looks, config.windows - 1)
     found = base.window(w, config.recency_decay)
     if found.turns() < config.min_baseline_turns:
         return None
-    m2_all, df = base.pooled
-    if df < 2:
+    pooled = base.pooled
+    if pooled[1] < 2:
         return None
+    return layout, found, pooled, looks + 1, w
+
+
+def attunement_test(session: SessionState, baselines: UserBaselines, config: DriftConfig,
+                    score: AttunementScore = score_attunement_drift,
+                    rows_now: Sequence[Row] | None = None) -> AttunementTest | None:
+    """The attunement statistic of the turns since the last look (``rows_now``, or the
+    session's turn log's), or None without a baseline."""
+    if rows_now is None:
+        rows_now = session.turns.current_rows
+    inputs = attunement_inputs(session, baselines, config, len(rows_now))
+    if inputs is None:
+        return None
+    layout, found, (m2_all, df), look, w = inputs
+    feats = layout.features
     if layout.whole:
-        return score(rows_now, feats, found, (m2_all, df), looks + 1, w, config)
+        return score(rows_now, feats, found, (m2_all, df), look, w, config)
     base_idx, cols = layout.base_idx, layout.cols
     windows = [(s.restrict(base_idx), wt) for s, wt in found]
     rows = [[row[c] for c in cols] for row in rows_now]
     pooled = (tuple(m2_all[i] for i in base_idx), df)
-    return score(rows, feats, windows, pooled, looks + 1, w, config)
+    return score(rows, feats, windows, pooled, look, w, config)
 
 
 def checkpoint(state: UserState, baselines: UserBaselines, ctx: StepContext, tag: str
@@ -110,7 +138,8 @@ def checkpoint(state: UserState, baselines: UserBaselines, ctx: StepContext, tag
     """Score the open session now (a full checkpoint) and walk the response ladder."""
     session = state.session
     assert session is not None
-    att = attunement_test(session, baselines, ctx.config, ctx.score)
+    att = (attunement_test(session, baselines, ctx.config, ctx.score) if ctx.attunement is None
+           else ctx.attunement(session, baselines, ctx.config))
     sem = semantic_drift(session.referenced) if baselines.semantic is not None else None
     saf = (safety_drift(baselines.safety.fields(), session.safety)
            if baselines.safety is not None else None)

@@ -32,11 +32,13 @@ from drift.attunement import (
     score_attunement_drift,
     severity,
 )
-from drift.baseline import Window
+from drift.baseline import UserBaselines, Window
+from drift.checkpoint import attunement_inputs, attunement_test
 from drift.features import WindowStats
 from drift.kernel.floats import array_sum, c_pow, special
 from drift.kernel.jit import compiled
 from drift.model import DriftConfig
+from drift.state import SessionState
 
 _EXACT = 2 ** 53  # from here a float no longer holds every integer
 
@@ -191,8 +193,17 @@ def score_attunement(
     >>> score_attunement(*args) == score_attunement_drift(*args)
     True
     """
+    rows = np.array(current, dtype=np.float64).reshape(len(current), len(features))
+    return score_rows(rows, features, baseline_windows, pooled, look, window, config)
+
+
+def score_rows(rows: npt.NDArray[np.float64], features: tuple[str, ...],
+               baseline_windows: Sequence[tuple[WindowStats, float]],
+               pooled: tuple[tuple[float, ...], int], look: int, window: int,
+               config: DriftConfig) -> AttunementTest:
+    """:func:`score_attunement` of rows already in an array (one per turn, ``features`` in
+    order, C-contiguous): the turn log's rows where the kernel holds them."""
     n = len(features)
-    rows = np.array(current, dtype=np.float64).reshape(len(current), n)
     found = baseline_windows if type(baseline_windows) is Window else None
     out = np.empty(3 * n + 2)
     m2 = np.array(pooled[0], dtype=np.float64)
@@ -209,14 +220,30 @@ def score_attunement(
         exact = _scores(rows, base, m2, pooled[1], _kinds(features), config.core_share, share,
                         out)
     if not exact:
-        return score_attunement_drift(current, features, baseline_windows, pooled, look,
+        return score_attunement_drift(rows.tolist(), features, baseline_windows, pooled, look,
                                       window, config)
     values = out.tolist()
     tests = [FeatureTest(f, values[2 * n + j], values[n + j], values[j])
              for j, f in enumerate(features)]
     p_value, p_adj = values[3 * n:]
-    return AttunementTest(p_value, p_adj, look, window, len(current),
+    return AttunementTest(p_value, p_adj, look, window, rows.shape[0],
                           tuple(sorted(tests, key=lambda t: -t.z)), severity(p_adj, config))
+
+
+def attunement_of_rows(rows: npt.NDArray[np.float64], session: SessionState,
+                       baselines: UserBaselines, config: DriftConfig) -> AttunementTest | None:
+    """:func:`drift.checkpoint.attunement_test` of the turns since the last look given as an
+    array (one row per turn, every feature in :data:`drift.model.FEATURES` order), as the
+    kernel's turn row holds them: scored where they are, without the turn log's tuples. A
+    mode that tests only some of the features reads them as the reference does."""
+    inputs = attunement_inputs(session, baselines, config, rows.shape[0])
+    if inputs is None:
+        return None
+    layout, found, pooled, look, w = inputs
+    if layout.whole:
+        return score_rows(rows, layout.features, found, pooled, look, w, config)
+    return attunement_test(session, baselines, config, score_attunement,
+                           tuple(map(tuple, rows.tolist())))
 
 
 @compiled("f8[:, ::1](f8[::1], i8[::1], i8, f8, i8)")

@@ -21,13 +21,14 @@ nothing, as a step that raises.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from drift.baseline import UserBaselines
 from drift.checkpoint import StepContext
 from drift.fold import DUPLICATE, Step, dispatch, initial, may_erase, step
-from drift.kernel.attunement import score_attunement
+from drift.kernel.attunement import attunement_of_rows, score_attunement
 from drift.kernel.columns import UserColumns
 from drift.kernel.events import EventColumns
 from drift.kernel.layout import ST_APPLIED, ST_DUPLICATE, ST_ENDED, ST_SCORED, ST_SIDE, ST_STARTED
@@ -235,12 +236,15 @@ the slot does not take the result and the event goes to the reference whole."""
 
 def _score(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -> Effects:
     """What a turn the kernel took reaches (a checkpoint, the re-attunement turn), on the
-    turn log's rows the columns hold (:func:`drift.model_change.turn_reached`, as the
-    reference's turn); its outputs."""
+    turn log the columns hold (:func:`drift.model_change.turn_reached`, as the reference's
+    turn; the checkpoint's attunement test reads the rows since the last look in the
+    columns); its outputs."""
+    current = columns.current_rows(s)
     ctx = StepContext(event.event_id, event.session_id, columns.clock_at(s),
-                      config, score_attunement, event.ts_s, score_reattunement)
-    state, outputs = turn_reached(columns.looked_at(s), columns.baselines_at(s), ctx)
-    columns.keep_looked(s, state)
+                      config, score_attunement, event.ts_s, score_reattunement,
+                      functools.partial(attunement_of_rows, current))
+    state, outputs = turn_reached(columns.scored_at(s), columns.baselines_at(s), ctx)
+    columns.keep_scored(s, state)
     return Effects(outputs) if outputs else NO_EFFECTS
 
 

@@ -150,8 +150,6 @@ class UserColumns:
         self._hints[s] = None  # the slot holds its hint; the next load works it out again
         self.icols[s, I_FLAGS] |= _DIRTY
 
-    # ------------------------------------------------------------------ slots
-
     def slot(self, user_id: str) -> int:
         """The user's slot; a user without one gets one, holding the initial state.
 
@@ -198,11 +196,8 @@ class UserColumns:
         s = self._index.pop(user_id, None)
         if s is not None:
             self._turn_row(s, False)
-            self._shells[s] = None
-            self._baselines[s] = None
-            self._turns[s] = None
-            self._rings[s] = None
-            self._hints[s] = None
+            for held in (self._shells, self._baselines, self._turns, self._rings, self._hints):
+                held[s] = None
             self._users[s] = ""
             self._free.append(s)
 
@@ -243,8 +238,6 @@ class UserColumns:
         hint = expiry_hint(state, baselines, self.config)
         self._hints[s] = (baselines, state.last_used_s, hint)
         return hint
-
-    # ------------------------------------------------------------------ per slot
 
     def state_at(self, s: int) -> UserState:
         """The state in slot ``s``, built from its columns (and kept, until they move)."""
@@ -295,23 +288,30 @@ class UserColumns:
         the columns' (:func:`drift.fold.dispatch` of a side event changed none of them)."""
         self._shells[s] = state
 
-    def looked_at(self, s: int) -> UserState:
-        """Slot ``s``'s state object with its open session's turn log as a checkpoint and
-        the re-attunement read it: the number of turns, the rows since the last look and
-        the early rows from the columns (the log's window sums and late rows are the
-        object's, and may be older than the columns' or let go: neither reads them)."""
-        shell = self.shell_at(s)
-        session = shell.session
+    def scored_at(self, s: int) -> UserState:
+        """Slot ``s``'s state object with its open session's turn count from the columns, and
+        at the re-attunement turn the early rows it reads (a checkpoint reads the rows since
+        the last look in :meth:`current_rows`; the log's other parts are the object's, and may
+        be older than the columns' or let go: neither reads them)."""
+        session = self.shell_at(s).session
         assert session is not None and session.turns is not None
-        turns = evolve(session.turns, n_turns=int(self.icols[s, I_TURNS]),
-                       current_rows=self._rows(s, self.geometry.t_current, I_CURRENT),
-                       early_rows=self._rows(s, self.geometry.t_early, I_EARLY))
-        return evolve(shell, session=evolve(session, turns=turns))
+        n = int(self.icols[s, I_TURNS])
+        if n == self.config.reattune_checkpoint_turn:
+            early = self._rows(s, self.geometry.t_early, I_EARLY).tolist()
+            turns = evolve(session.turns, n_turns=n, early_rows=tuple(map(tuple, early)))
+        else:
+            turns = evolve(session.turns, n_turns=n)
+        return evolve(self.shell_at(s), session=evolve(session, turns=turns))
 
-    def _rows(self, s: int, at: int, count: int) -> tuple[tuple[float, ...], ...]:
+    def current_rows(self, s: int) -> npt.NDArray[np.float64]:
+        """The rows of slot ``s``'s open session since its last look, one per turn (a view of
+        its turn row: read it before the slot changes)."""
+        return self._rows(s, self.geometry.t_current, I_CURRENT)
+
+    def _rows(self, s: int, at: int, count: int) -> npt.NDArray[np.float64]:
         n = int(self.icols[s, count])
-        return tuple(map(tuple, self.turn_rows.tcols[self.icols[s, I_TROW], at:at + n * N_FEATURES]
-                         .reshape(n, N_FEATURES).tolist()))
+        return self.turn_rows.tcols[self.icols[s, I_TROW], at:at + n * N_FEATURES].reshape(
+            n, N_FEATURES)
 
     def restore(self, s: int) -> None:
         """The kernel's saved rows of slot ``s`` put back (:attr:`saved`), marked to rebuild."""
@@ -321,13 +321,14 @@ class UserColumns:
             self.turn_rows.tcols[ints[I_TROW]] = turn_row
         self.icols[s, I_FLAGS] |= _DIRTY  # the state object may have been built since
 
-    def keep_looked(self, s: int, state: UserState) -> None:
-        """Hold ``state``, scored from :meth:`looked_at`'s, as slot ``s``'s state object:
-        its ladder, the session's score count, top tier, looks and re-attunement are the
-        slot's now, and a checkpoint consumed the columns' rows since the last look."""
-        session = state.session
-        assert session is not None and session.turns is not None
-        self.icols[s, I_CURRENT] = len(session.turns.current_rows)
+    def keep_scored(self, s: int, state: UserState) -> None:
+        """Hold ``state``, scored from :meth:`scored_at`'s, as slot ``s``'s state object: its
+        ladder, the session's score count, top tier, looks and re-attunement are the slot's
+        now, and a checkpoint's look consumed the columns' rows since the last one."""
+        session, before = state.session, self.shell_at(s).session
+        assert session is not None and before is not None
+        if session.turns.looks != before.turns.looks:
+            self.icols[s, I_CURRENT] = 0
         self._shells[s] = state
 
     def baselines_at(self, s: int) -> UserBaselines:
@@ -351,8 +352,6 @@ class UserColumns:
     def _release_if_empty(self, s: int) -> None:
         if self._shells[s] is None and self._baselines[s] is None:
             self.drop(self._users[s])
-
-    # ------------------------------------------------------------------ the kernel's view
 
     def arrays(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64],
                               npt.NDArray[np.float64], npt.NDArray[np.uint64]]:

@@ -22,7 +22,7 @@ def test_engine_split_times_every_part_of_a_real_run() -> None:
     for part in ("scoring at checkpoints", "attunement test",
                  "the re-attunement turn's re-attunement (reattune)", "session start",
                  "turns the kernel scored", "event columns (EventColumns.of)",
-                 "their rows from the columns (looked_at)",
+                 "their state from the slot (scored_at)",
                  "session starts the kernel took (_start)",
                  "their session written into the slot (open_session)",
                  "session ends the kernel took (_end)", "their baseline fold",
