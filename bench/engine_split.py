@@ -78,8 +78,8 @@ PARTS = (
      "fold (fold_batch)"),
     ("their baseline fold", "drift.fold", "fold_session",
      "session ends the kernel took (_end)"),
-    ("their state built from the columns (state_at)", "drift.kernel.columns",
-     "UserColumns.state_at", "session ends the kernel took (_end)"),
+    ("their state from the slot (closing_state)", "drift.kernel.batch", "closing_state",
+     "session ends the kernel took (_end)"),
     ("their state loaded into the columns (put_at)", "drift.kernel.columns",
      "UserColumns.put_at", "session ends the kernel took (_end)"),
     ("state built from the columns (state_at)", "drift.kernel.columns", "UserColumns.state_at",
@@ -111,8 +111,8 @@ PARTS = (
 class Timers:
     """Calls and seconds per part, gathered by wrappers set on the modules. A part with a
     parent is timed only while its parent runs and none of its siblings does
-    (``UserColumns.state_at`` is called by the fold's hand-offs, by the session ends the
-    kernel took, and by the checkpoint: each call is counted in one row only). So the
+    (``UserColumns.put_at`` is called by the fold's hand-offs and by the session ends the
+    kernel took: each call is counted in one row only). So the
     parts under a parent never overlap, and the parent's rest is never negative."""
 
     def __init__(self) -> None:

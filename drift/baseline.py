@@ -332,30 +332,42 @@ def next_meta(
                         config.drift_policy_id, mode, now_s + config.ttl_s(mode))
 
 
+def window_table(windows: tuple[WindowStats | None, ...], f: int) -> array[float]:
+    """A session's windows over ``f`` features as :class:`AttunementBaseline`'s table holds
+    them: a block per window of its count (-1 for a window that is None), means and squared
+    deviations.
+
+    >>> window_table((WindowStats(5, (0.5,), (0.1,)), None), 1).tolist()
+    [5.0, 0.5, 0.1, -1.0, 0.0, 0.0]
+    """
+    return array("d", _values(windows, f))
+
+
 def fold_attunement(
     previous: AttunementBaseline | None, meta: BaselineMeta, features: tuple[str, ...],
-    windows: tuple[WindowStats | None, ...], late_profile: tuple[float, ...],
-    config: DriftConfig,
+    session: array[float], late_profile: tuple[float, ...], config: DriftConfig,
 ) -> AttunementBaseline:
-    """A new attunement version with this session's windows in front.
+    """A new attunement version with this session's windows (``session``, as
+    :func:`window_table` gives them) in front.
 
     Only ``features`` are kept (the mode's allowed set); at most
     ``config.baseline_sessions`` sessions are held, so per-user state stays bounded.
 
-    >>> w = WindowStats(5, (0.5,), (0.1,))
+    >>> w = window_table((WindowStats(5, (0.5,), (0.1,)),), 1)
     >>> meta = next_meta(None, "u", BaselineKind.ATTUNEMENT, 0.0, "s", ModelTriple("m", "t", "p"),
     ...                  Mode.LIGHT, DriftConfig())
-    >>> b = fold_attunement(None, meta, ("friction",), (w,), (0.2,), DriftConfig())
+    >>> b = fold_attunement(None, meta, ("friction",), w, (0.2,), DriftConfig())
     >>> for _ in range(9):
-    ...     b = fold_attunement(b, meta, ("friction",), (w,), (0.2,), DriftConfig())
-    >>> len(b.sessions)
-    5
+    ...     b = fold_attunement(b, meta, ("friction",), w, (0.2,), DriftConfig())
+    >>> len(b.sessions), b.shape
+    (5, (1, 1, 1, 1, 1))
     """
-    table = array("d", _values(windows, len(features)))
-    shape: tuple[int, ...] = (len(windows),)
+    width = 1 + 2 * len(features)
+    shape: tuple[int, ...] = (len(session) // width,)
+    table = session
     if previous is not None and previous.features == features and config.baseline_sessions > 1:
         kept = previous.shape[:config.baseline_sessions - 1]
-        table += previous.table[:sum(kept) * (1 + 2 * len(features))]
+        table = session + previous.table[:sum(kept) * width]
         shape += kept
     elif config.baseline_sessions < 1:
         table, shape = array("d"), ()

@@ -9,6 +9,7 @@ responses it climbs to.
 from __future__ import annotations
 
 import functools
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,6 +33,9 @@ from drift.state import Row, SessionState, TurnLog, UserState
 
 AttunementTestOf = Callable[[SessionState, UserBaselines, DriftConfig], AttunementTest | None]
 """A checkpoint's attunement test of an open session (:attr:`StepContext.attunement`)."""
+SessionNumbers = Callable[[SessionState, list[int]], tuple["array[float]", tuple[float, ...]]]
+"""What a closing session folds into its attunement version, over the features at the
+indices given (:func:`drift.rebaseline.session_numbers`)."""
 
 
 @fast_init
@@ -55,6 +59,10 @@ class StepContext:
     """The checkpoint's attunement test of the turns since the last look: None to read them
     in the session's turn log (:func:`attunement_test`), or a function that reads them where
     the compiled kernel holds them."""
+    session_numbers: SessionNumbers | None = None
+    """What a closing session folds into its attunement version: None to read it in the
+    session's turn log (:func:`drift.rebaseline.session_numbers`), or a function that reads
+    it where the compiled kernel holds it."""
 
 
 @dataclass(frozen=True, slots=True)

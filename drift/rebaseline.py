@@ -7,6 +7,7 @@ baseline. Both return the user's new baselines and the versions to store.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping
 
 from drift import ladder
@@ -19,6 +20,7 @@ from drift.baseline import (
     derive_id,
     fold_attunement,
     next_meta,
+    window_table,
 )
 from drift.checkpoint import StepContext
 from drift.evolve import evolve
@@ -42,6 +44,16 @@ def _semantic(prev: SemanticBaseline | None, items: Mapping[str, str], state: Us
     return SemanticBaseline(_meta(prev, BaselineKind.SEMANTIC, state, session, model, ctx), kept)
 
 
+def session_numbers(session: SessionState, idx: list[int]
+                    ) -> tuple[array[float], tuple[float, ...]]:
+    """What a closing session folds into its attunement version, over the features at
+    ``idx``: its windows' statistics as the baseline's table holds them
+    (:func:`~drift.baseline.window_table`), and its late profile."""
+    windows = tuple(acc.stats(idx) for acc in session.turns.windows)
+    late = column_means(session.turns.late_rows)
+    return window_table(windows, len(idx)), tuple(late[i] for i in idx)
+
+
 def fold_session(state: UserState, baselines: UserBaselines, ctx: StepContext
                  ) -> tuple[UserState, UserBaselines, tuple[Baseline, ...]]:
     """Fold the closing session into new attunement and semantic versions (and a first safety).
@@ -60,13 +72,12 @@ def fold_session(state: UserState, baselines: UserBaselines, ctx: StepContext
         model = baselines.model() or model
     feats = MODE_FEATURES[session.mode]
     idx = [FEATURES.index(f) for f in feats]
-    windows = tuple(acc.stats(idx) for acc in session.turns.windows)
-    late_means = column_means(session.turns.late_rows)
+    table, late = (ctx.session_numbers or session_numbers)(session, idx)
     previous = baselines.attunement
     att = fold_attunement(
         None if state.rebaseline_attunement else previous,
         _meta(previous, BaselineKind.ATTUNEMENT, state, session, model, ctx),
-        feats, windows, tuple(late_means[i] for i in idx), ctx.config)
+        feats, table, late, ctx.config)
     items = dict(baselines.semantic.items) if baselines.semantic else {}
     items.update(session.affirmed)
     sem = _semantic(baselines.semantic, items, state, session, model, ctx)

@@ -29,6 +29,7 @@ from drift.baseline import UserBaselines
 from drift.checkpoint import StepContext
 from drift.fold import DUPLICATE, Step, dispatch, initial, may_erase, step
 from drift.kernel.attunement import attunement_of_rows, score_attunement
+from drift.kernel.closing import closing_state
 from drift.kernel.columns import UserColumns
 from drift.kernel.events import EventColumns
 from drift.kernel.layout import ST_APPLIED, ST_DUPLICATE, ST_ENDED, ST_SCORED, ST_SIDE, ST_STARTED
@@ -217,9 +218,10 @@ def _end(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig
     ring and ``last_s`` (:func:`drift.fold.dispatch`), and the result loaded into the slot:
     its step and the state it was applied to. None, changing nothing in the slot, where the
     user is left memory-only: the caller hands it over whole."""
-    state = columns.state_at(s)
+    state, numbers = closing_state(columns, s)
     ctx = StepContext(event.event_id, event.session_id, state.clock_s, config,
-                      score_attunement, event.ts_s)
+                      score_attunement, event.ts_s, score_reattunement,
+                      functools.partial(attunement_of_rows, columns.current_rows(s)), numbers)
     result = dispatch(state, columns.baselines_at(s), event, ctx)
     if result.state.memory_only:
         return None

@@ -350,9 +350,11 @@ def ring_bytes(ring: npt.NDArray[np.uint64], held: int, head: int) -> bytes:
 
 def materialize(shell: UserState, slot: int, icols: npt.NDArray[np.int64],
                 fcols: npt.NDArray[np.float64], tcols: npt.NDArray[np.float64],
-                rings: npt.NDArray[np.uint64], g: Geometry) -> UserState:
+                rings: npt.NDArray[np.uint64], g: Geometry, log: bool = True) -> UserState:
     """The state in ``slot``: ``shell`` (the state last loaded there, or :func:`strip` of it)
-    with the kernel's parts.
+    with the kernel's parts. Without ``log``, of the open session's turn log only the count
+    and, while its re-attunement is due, the early rows (what a session's end reads of it
+    outside the columns).
 
     >>> from drift.kernel.columns import UserColumns
     >>> from drift.model import DriftConfig, Mode
@@ -377,8 +379,12 @@ def materialize(shell: UserState, slot: int, icols: npt.NDArray[np.int64],
     guard = Guard(blocking_names(ints[I_BLOCKING]), ints[I_STREAK],
                   bool(flags & HIGH_RES_BLOCK))
     if flags & BASELINING:
-        session = evolve(session, last_s=floats[F_LAST], guard=guard,
-                         turns=_turn_log(session.turns, ints, tcols[ints[I_TROW]].tolist(), g))
+        turns = (_turn_log(session.turns, ints, tcols[ints[I_TROW]].tolist(), g) if log
+                 else evolve(session.turns, n_turns=ints[I_TURNS]))
+        if not log and not session.model_change.reattune_done:
+            early = tcols[ints[I_TROW], g.t_early:g.t_early + ints[I_EARLY] * N_FEATURES]
+            turns = evolve(turns, early_rows=_rows(early.tolist(), 0, ints[I_EARLY]))
+        session = evolve(session, last_s=floats[F_LAST], guard=guard, turns=turns)
     else:
         session = evolve(session, last_s=floats[F_LAST], guard=guard)
     return evolve(shell, clock_s=floats[F_CLOCK], recent=recent, session=session)

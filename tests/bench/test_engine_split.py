@@ -26,7 +26,7 @@ def test_engine_split_times_every_part_of_a_real_run() -> None:
                  "session starts the kernel took (_start)",
                  "their session written into the slot (open_session)",
                  "session ends the kernel took (_end)", "their baseline fold",
-                 "their state built from the columns (state_at)",
+                 "their state from the slot (closing_state)",
                  "their state loaded into the columns (put_at)",
                  "state built from the columns (state_at)",
                  "state loaded into the columns (put_at)"):
