@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import struct
 import time
@@ -375,8 +376,9 @@ class Worker:
         degraded = self.health()["status"] != "ok"
         ok = (bool(self.engine.partitions) and self.processing and not self.restoring
               and not degraded)
+        # The pid says which process answered (a port can change hands between workers).
         return ok, {"partitions": sorted(self.engine.partitions), "restoring": self.restoring,
-                    "degraded": degraded}
+                    "degraded": degraded, "pid": os.getpid()}
 
     def owner_of(self, user_id: str) -> str | None:
         """None when this worker answers for ``user_id``; else the owner's address, or ""

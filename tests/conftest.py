@@ -180,12 +180,23 @@ class WorkerProcess:
     token: str | None = TOKEN
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
+    _log_from: int = 0
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, wait_ready: bool = True) -> WorkerProcess:
+        """Start the worker on a free port; waiting until it is ready, start it again on
+        another port if the one it was given was taken before it could bind it (the port is
+        free when asked for, and any socket may take it before the worker binds it)."""
+        for _ in range(3):
+            self._spawn()
+            if not wait_ready or self._ready(90.0):
+                return self
+        raise AssertionError("the worker found its port taken three times")
+
+    def _spawn(self) -> None:
         self.port = free_loopback_port()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.data_dir.parent / f"{self.data_dir.name}.toml"
@@ -199,14 +210,12 @@ class WorkerProcess:
             env["CONTINUITY_REVIEW_TOKEN"] = self.token
         env["PYTHONWARNINGS"] = "ignore"
         with open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab") as log:
+            self._log_from = log.tell()
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "streams.cli", "run", "--broker", self.bootstrap,
                  "--data-dir", str(self.data_dir), "--web-port", str(self.port),
                  "--config", str(cfg)],
                 cwd=REPO, env=env, stdout=log, stderr=log)
-        if wait_ready:
-            self.wait_ready()
-        return self
 
     def get(self, path: str, token: str | None = None) -> tuple[int, Any]:
         req = urllib.request.Request(self.url + path)
@@ -228,16 +237,30 @@ class WorkerProcess:
             return str(resp.read().decode())
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
-        def ready() -> bool:
+        if not self._ready(timeout_s):
+            raise AssertionError(f"the worker's port {self.port} was taken before it bound it")
+
+    def _ready(self, timeout_s: float) -> bool:
+        """Wait until this worker (its /readyz answered by its own pid) is ready; False if it
+        exited because its port was taken."""
+        log = self.data_dir.parent / (self.data_dir.name + ".log")
+
+        def ready() -> str | None:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise AssertionError(f"worker exited with {self.proc.returncode}; see "
-                                     f"{self.data_dir.parent / (self.data_dir.name + '.log')}")
+                if b"address already in use" in log.read_bytes()[self._log_from:]:
+                    return "port taken"
+                raise AssertionError(f"worker exited with {self.proc.returncode}; see {log}")
             try:
-                return self.get("/readyz")[0] == 200
-            except OSError:
-                return False
-        wait_until(ready, timeout_s, "worker /readyz")
+                status, body = self.get("/readyz")
+            except (OSError, ValueError):  # nothing listening yet, or not a worker answering
+                return None
+            ours = isinstance(body, dict) and body.get("pid") == self.proc.pid
+            return "ready" if status == 200 and ours else None
+        if wait_until(ready, timeout_s, "worker /readyz") == "ready":
+            return True
+        self.proc = None
+        return False
 
     def stop(self) -> int | None:
         if self.proc is None:

@@ -293,7 +293,8 @@ class UserColumns:
         at the re-attunement turn the early rows it reads (a checkpoint reads the rows since
         the last look in :meth:`current_rows`; the log's other parts are the object's, and may
         be older than the columns' or let go: neither reads them)."""
-        session = self.shell_at(s).session
+        shell = self.shell_at(s)
+        session = shell.session
         assert session is not None and session.turns is not None
         n = int(self.icols[s, I_TURNS])
         if n == self.config.reattune_checkpoint_turn:
@@ -301,7 +302,7 @@ class UserColumns:
             turns = evolve(session.turns, n_turns=n, early_rows=tuple(map(tuple, early)))
         else:
             turns = evolve(session.turns, n_turns=n)
-        return evolve(self.shell_at(s), session=evolve(session, turns=turns))
+        return evolve(shell, session=evolve(session, turns=turns))
 
     def current_rows(self, s: int) -> npt.NDArray[np.float64]:
         """The rows of slot ``s``'s open session since its last look, one per turn (a view of

@@ -139,3 +139,29 @@ def test_a_durable_broker_restarted_mid_stream_loses_nothing(tmp_path):
             worker.stop()
             broker.close()
             embedded.stop()
+
+
+def test_a_worker_whose_port_was_taken_starts_again_on_another(broker, start_worker,
+                                                               monkeypatch):
+    """A port is free when asked for, and any socket may take it before the worker binds
+    it. The worker then exits; the harness starts it again on another port, and waits for
+    the /readyz of its own process (its pid), never another worker's on the same port."""
+    import socket
+
+    import tests.conftest as harness
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        handed: list[int] = []
+
+        def first_taken() -> int:
+            handed.append(port if not handed else free_loopback_port())
+            return handed[-1]
+
+        monkeypatch.setattr(harness, "free_loopback_port", first_taken)
+        worker = start_worker()
+    assert handed[0] == port and worker.port == handed[-1] != port
+    status, body = worker.get("/readyz")
+    assert status == 200 and worker.proc is not None and body["pid"] == worker.proc.pid
