@@ -151,8 +151,7 @@ def test_a_worker_whose_port_was_taken_starts_again_on_another(broker, start_wor
     import tests.conftest as harness
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: nothing answers on it
         port = taken.getsockname()[1]
         handed: list[int] = []
 
