@@ -121,15 +121,17 @@ def attunement_inputs(session: SessionState, baselines: UserBaselines, config: D
 
 
 def attunement_test(session: SessionState, baselines: UserBaselines, config: DriftConfig,
-                    score: AttunementScore = score_attunement_drift,
-                    rows_now: Sequence[Row] | None = None) -> AttunementTest | None:
-    """The attunement statistic of the turns since the last look (``rows_now``, or the
-    session's turn log's), or None without a baseline."""
-    if rows_now is None:
-        rows_now = session.turns.current_rows
+                    score: AttunementScore = score_attunement_drift) -> AttunementTest | None:
+    """The attunement statistic of the turns since the last look, or None without a baseline."""
+    rows_now = session.turns.current_rows
     inputs = attunement_inputs(session, baselines, config, len(rows_now))
-    if inputs is None:
-        return None
+    return None if inputs is None else score_inputs(rows_now, inputs, score, config)
+
+
+def score_inputs(rows_now: Sequence[Row], inputs: Inputs, score: AttunementScore,
+                 config: DriftConfig) -> AttunementTest:
+    """The statistic of ``rows_now`` (every feature, :data:`FEATURES` order) with what
+    :func:`attunement_inputs` found: over the features the mode tests."""
     layout, found, (m2_all, df), look, w = inputs
     feats = layout.features
     if layout.whole:

@@ -33,7 +33,7 @@ from drift.attunement import (
     severity,
 )
 from drift.baseline import UserBaselines, Window
-from drift.checkpoint import attunement_inputs, attunement_test
+from drift.checkpoint import attunement_inputs, score_inputs
 from drift.features import WindowStats
 from drift.kernel.floats import array_sum, c_pow, special
 from drift.kernel.jit import compiled
@@ -242,8 +242,7 @@ def attunement_of_rows(rows: npt.NDArray[np.float64], session: SessionState,
     layout, found, pooled, look, w = inputs
     if layout.whole:
         return score_rows(rows, layout.features, found, pooled, look, w, config)
-    return attunement_test(session, baselines, config, score_attunement,
-                           tuple(map(tuple, rows.tolist())))
+    return score_inputs(tuple(map(tuple, rows.tolist())), inputs, score_attunement, config)
 
 
 @compiled("f8[:, ::1](f8[::1], i8[::1], i8, f8, i8)")
