@@ -1,8 +1,8 @@
 """What the demo's worker published, read back from the output topics and counted the way
 the worker's ``/metrics`` counts it, with the notable events and what drove them.
 
-Each output topic's JSON (``streams.wire``) is decoded into a frozen ``msgspec.Struct``
-that keeps the fields the screen uses. :data:`COUNTERS` names, for every count the screen
+Each output topic's JSON (``streams.wire``) is decoded into the governance report's frozen
+message structs (``streams.report.messages``), so the two readers of the outputs read them alike. :data:`COUNTERS` names, for every count the screen
 shows, the worker counter it must equal once the worker has published what it counted;
 :func:`differences` says where the two disagree.
 """
@@ -21,101 +21,21 @@ from prometheus_client.parser import text_string_to_metric_families
 from streams import topics
 from streams.demo.traffic import INJECTED
 from streams.metrics import LABEL_VALUES
+from streams.report.messages import (
+    DeadLetterMsg,
+    DriftScoreMsg,
+    EscalationMsg,
+    ReattunePartsMsg,
+    ReattuneScoreMsg,
+    ReceiptMsg,
+    ResponseMsg,
+    ViolationMsg,
+)
 
 NOTABLE_KINDS = 8
 """How many notable events the screen keeps, the latest of each kind, newest last: a HOLD
 raised or released, a check prompted, a model re-attuned or not, an escalation, a violation,
 an erasure."""
-
-
-# One struct per topic's message, with only the fields the screen shows. They look alike
-# (an id, a user id, a few optional fields), but each decodes what its own topic carries.
-class _Feature(msgspec.Struct, frozen=True):
-    feature: str
-    z: float = 0.0
-    direction: str = ""
-
-
-class _Attribution(msgspec.Struct, frozen=True):
-    component: str
-    features: tuple[_Feature, ...] = ()
-
-
-class _Components(msgspec.Struct, frozen=True):
-    attunement_drift: float | None = None
-    semantic_drift: float | None = None
-    safety_drift: float | None = None
-
-
-class DriftScoreMsg(msgspec.Struct, frozen=True, tag_field="score_kind", tag="continuity_drift"):
-    id: str
-    user_id: str
-    tier: str
-    continuity_drift_score: float
-    components: _Components
-    attribution: _Attribution
-
-
-class ReattuneScoreMsg(msgspec.Struct, frozen=True, tag_field="score_kind",
-                       tag="reattune_quality"):
-    id: str
-    user_id: str
-
-
-class _ReattuneParts(msgspec.Struct, frozen=True):
-    convergence: float | None = None
-    semantic_consistency: float | None = None
-    trust_continuity: float | None = None
-
-
-class ResponseMsg(msgspec.Struct, frozen=True):
-    """A ``drift.responses`` action; which optional fields are set depends on ``action``."""
-
-    id: str
-    user_id: str
-    action: str
-    score_id: str | None = None
-    kinds: tuple[str, ...] = ()
-    reattune_quality_score: float | None = None
-    reattune_turns_to_baseline: int | None = None
-    threshold: float | None = None
-    components: _ReattuneParts | None = None
-
-
-class EscalationMsg(msgspec.Struct, frozen=True):
-    id: str
-    user_id: str
-    kind: str
-    sessions: int = 0
-    last_quality: float = 0.0
-    threshold: float = 0.0
-    route: str = ""
-
-
-class ViolationMsg(msgspec.Struct, frozen=True):
-    id: str
-    user_id: str
-    rule: str
-    reason: str = ""
-
-
-class _Target(msgspec.Struct, frozen=True):
-    kind: str
-    outcome: str
-    versions: int = 0
-
-
-class ReceiptMsg(msgspec.Struct, frozen=True):
-    id: str
-    user_id: str
-    outcome: str
-    reason: str = ""
-    targets: tuple[_Target, ...] = ()
-
-
-class DeadLetterMsg(msgspec.Struct, frozen=True):
-    id: str
-    reason: str
 
 
 DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
@@ -204,7 +124,8 @@ class Tally:
     is a duplicate of at-least-once delivery and counts nowhere.
 
     >>> t = Tally()
-    >>> receipt = (b'{"id":"r1","user_id":"u","outcome":"verified","targets":['
+    >>> receipt = (b'{"id":"r1","user_id":"u","event_ts":"2026-12-04T10:00:00Z",'
+    ...            b'"reason":"user_request","outcome":"verified","targets":['
     ...            b'{"kind":"attunement","outcome":"verified"},'
     ...            b'{"kind":"semantic","outcome":"verified"}]}')
     >>> t.add(topics.RECEIPTS, receipt, 3.0)
@@ -255,7 +176,8 @@ class Tally:
                 counts[ESCALATIONS][msg.kind] += 1
                 self._note(at_s, "escalated", msg.user_id,
                            f"{msg.kind}: {msg.sessions} sessions re-attuned below "
-                           f"{msg.threshold:.2f} (last {msg.last_quality:.2f}), to {msg.route}")
+                           f"{msg.threshold or 0.0:.2f} (last {msg.last_quality or 0.0:.2f}), "
+                           f"to {msg.route}")
             case ViolationMsg():
                 counts[VIOLATIONS][msg.rule] += 1
                 why = "sent on purpose" if msg.user_id.startswith(INJECTED) else "unexpected"
@@ -286,7 +208,7 @@ class Tally:
                        f"baseline_reconfirmed covered {', '.join(r.kinds)}")
         elif r.action in ("reattune_completed", "reattune_failed"):
             passed = r.action == "reattune_completed"
-            p = r.components or _ReattuneParts()
+            p = r.components or ReattunePartsMsg()
             parts = ", ".join(f"{name} {v:.2f}" for name, v in (
                 ("convergence", p.convergence), ("trust", p.trust_continuity),
                 ("semantic", p.semantic_consistency)) if v is not None)
@@ -311,12 +233,19 @@ class Tally:
 def driver(s: DriftScoreMsg) -> str:
     """What drove a score: the attributed component and why, then the other components.
 
-    >>> att = _Attribution("attunement", (_Feature("trust", 3.21, "down"),
-    ...                                   _Feature("valence", 2.0, "up")))
-    >>> driver(DriftScoreMsg("s", "u", "high", 0.9, _Components(0.9, None, 0.0), att))
+    >>> from streams.report.messages import AttributionMsg as A, ComponentsMsg as C, FeatureMoved
+    >>> def score(value: float, parts: C, attribution: A) -> DriftScoreMsg:
+    ...     return DriftScoreMsg(id="s", user_id="u", event_ts="", turn=5, checkpoint="t5",
+    ...                          mode="continuity_full", components=parts, tier="high",
+    ...                          continuity_drift_score=value, effective_tier="high",
+    ...                          attribution=attribution)
+    >>> moved = (FeatureMoved(feature="trust", z=3.21, direction="down"),
+    ...          FeatureMoved(feature="valence", z=2.0, direction="up"))
+    >>> driver(score(0.9, C(attunement_drift=0.9, safety_drift=0.0),
+    ...              A(component="attunement", features=moved)))
     'attunement_drift 0.90: trust down z 3.2, valence up z 2.0'
-    >>> sem = _Attribution("semantic")
-    >>> driver(DriftScoreMsg("s", "u", "medium", 0.62, _Components(0.12, 0.5, 0.0), sem))
+    >>> driver(score(0.62, C(attunement_drift=0.12, semantic_drift=0.5, safety_drift=0.0),
+    ...              A(component="semantic")))
     'semantic_drift 0.50: share of commitments contradicted; attunement_drift 0.12'
     """
     a = s.attribution

@@ -114,10 +114,17 @@ class ModelMsg(msgspec.Struct, frozen=True, kw_only=True):
     model_version: str
 
 
+class ReattunePartsMsg(msgspec.Struct, frozen=True, kw_only=True):
+    convergence: float | None = None
+    semantic_consistency: float | None = None
+    trust_continuity: float | None = None
+
+
 class ResponseMsg(_Msg, frozen=True):
     """A ``drift.responses`` action; which optional fields are set depends on ``action``."""
 
     action: str
+    score_id: str | None = None
     score: float | None = None
     tier: str | None = None
     hold_kinds: tuple[str, ...] = ()
@@ -127,6 +134,7 @@ class ResponseMsg(_Msg, frozen=True):
     reattune_quality_score: float | None = None
     reattune_turns_to_baseline: int | None = None
     threshold: float | None = None
+    components: ReattunePartsMsg | None = None
 
 
 class EscalationMsg(_Msg, frozen=True):
@@ -134,6 +142,7 @@ class EscalationMsg(_Msg, frozen=True):
     sessions: int = 0
     last_quality: float | None = None
     threshold: float | None = None
+    route: str = ""
 
 
 class ViolationMsg(_Msg, frozen=True):
