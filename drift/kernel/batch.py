@@ -124,6 +124,7 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
     handoffs = 0
     stopped_at: int | None = None
     befores: dict[int, UserState] = {}
+    raised: set[int] = set()
     status = ev.status
     i = 0
     while i < n:
@@ -142,6 +143,7 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
             except Exception as exc:  # noqa: BLE001 - as a step that raises: no change
                 columns.restore(s)
                 outcomes[j] = exc
+                raised.add(j)
                 i = j + 1
                 continue
             if applied is not None:
@@ -161,24 +163,31 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
             result = step(state, baselines, event, config, score_attunement)
         except Exception as exc:  # noqa: BLE001 - the fold is pure: the state stays as it was
             outcomes[j] = exc
+            raised.add(j)
         else:
             columns.put_at(s, result.state, result.baselines)
             outcomes[j] = result
             befores[j] = state
         i = j + 1
     end = n if stopped_at is None else stopped_at
-    for k, st in enumerate(status[:end].tolist()):
-        if st == ST_APPLIED:
-            outcomes[k] = NO_EFFECTS
-        elif st == ST_DUPLICATE:
-            outcomes[k] = DUPLICATE
-    for s in {ev.slot_list[k] for k in range(end) if not isinstance(outcomes[k], Exception)}:
+    # An event the kernel applied alone has its status's effects (a plain turn's none, a
+    # duplicate's); every other one has its outcome from the loop above.
+    done = [_BY_STATUS[st] if o is None else o
+            for o, st in zip(outcomes[:end], status[:end].tolist())]
+    if None in done:
+        raise AssertionError("every event before the end was applied")
+    slots = ev.slot_list[:end]
+    if raised:
+        slots = [s for k, s in enumerate(slots) if k not in raised]
+    for s in set(slots):
         columns.mark_stored(s)
-    done: list[Outcome] = []
-    for o in outcomes[:end]:
-        assert o is not None, "every event before the end was applied"
-        done.append(o)
     return BatchFold(done, handoffs, stopped_at, befores)
+
+
+#: The outcome of an event the kernel applied alone, by its status (None: not alone).
+_BY_STATUS: tuple[Effects | None, ...] = tuple(
+    NO_EFFECTS if st == ST_APPLIED else DUPLICATE if st == ST_DUPLICATE else None
+    for st in range(max(ST_APPLIED, ST_DUPLICATE, ST_SIDE, ST_SCORED, ST_STARTED, ST_ENDED) + 1))
 
 
 def _side(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -> Effects:
