@@ -210,7 +210,7 @@ class Engine:
         folded = fold_batch(self.memory.columns, events, self.config,
                             stop_before_erasure=stop_before_erasure)
         self.metrics.kernel_handoffs.inc(folded.handoffs)
-        outcomes, befores = folded.outcomes, folded.befores
+        outcomes, befores, stop = folded.outcomes, folded.befores, folded.stopped_at
         user_partition, watermarks = self.memory.user_partition, self.watermarks
         counted: list[FhrEvent] = []
         last: dict[int, int] = {}
@@ -220,7 +220,7 @@ class Engine:
             record, item = records[index], items[index]
             p = record.partition
             if isinstance(item, FhrEvent):
-                if k == folded.stopped_at:
+                if k == stop:
                     stopped = index
                     break
                 outcome = outcomes[k]

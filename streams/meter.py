@@ -4,6 +4,7 @@ observes, gathered while the batch is processed and handed to prometheus-client 
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from collections.abc import Iterable
 
 from prometheus_client import Counter, Histogram
@@ -76,10 +77,7 @@ class Meter:
         """Count ``events`` by type (and what some bodies say), and observe their event-time
         lag at wall time ``now``."""
         m = self.metrics
-        types: dict[str, int] = {}
-        for event in events:
-            t = event.event_type
-            types[t] = types.get(t, 0) + 1
+        types = Tally([event.event_type for event in events])
         counts = self._counts
         for t, n in types.items():
             child = m.of(m.events, t)

@@ -360,13 +360,17 @@ class UserColumns:
         they grow)."""
         return self.icols, self.fcols, self.turn_rows.tcols, self.rings
 
-    def begin_batch(self) -> None:
+    def begin_batch(self, users: list[str], sessions: list[str]) -> tuple[list[int], list[int]]:
         """Start a batch: :attr:`fresh` empty, and the session numbers started anew when
-        there are many more of them than users (they number every session seen since)."""
+        there are many more of them than users (they number every session seen since); the
+        slot of each of its events' users (:meth:`slot`) and the number of each session."""
         self.fresh.clear()
         if len(self._codes) > _CODES_PER_USER * len(self._index) + _CODES_SPARE:
             self._codes.clear()
             self._generation += 1
+        index, codes = self._index, self._codes
+        return ([index[u] if u in index else self.slot(u) for u in users],
+                [codes[c] if c in codes else self.session_code(c) for c in sessions])
 
     def session_code(self, session_id: str) -> int:
         """The number of ``session_id`` (the same until :meth:`begin_batch` starts the
@@ -376,11 +380,7 @@ class UserColumns:
         >>> cols.session_code("s1"), cols.session_code("s2"), cols.session_code("s1")
         (0, 1, 0)
         """
-        codes = self._codes
-        code = codes.get(session_id)
-        if code is None:
-            code = codes[session_id] = len(codes)
-        return code
+        return self._codes.setdefault(session_id, len(self._codes))
 
     def bind_session(self, s: int) -> None:
         """Write slot ``s``'s open session's number, unless it was written since the

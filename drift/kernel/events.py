@@ -94,19 +94,12 @@ class EventColumns:
         >>> ev.kinds.tolist(), ev.flags.tolist(), ev.rows.shape
         ([0], [16], (1, 6))
         """
-        columns.begin_batch()
-        slot_of = columns.slot
-        code_of = columns.session_code
-        slots: list[int] = []
+        slots, sessions = columns.begin_batch([e.user_id for e in events],
+                                              [e.session_id for e in events])
         kinds: list[int] = []
-        ts: list[float] = []
-        sessions: list[int] = []
         flags: list[int] = []
         rows: list[float] = []  # flat: a 2-D array from one list of floats is built faster
         for e in events:
-            slots.append(slot_of(e.user_id))
-            ts.append(e.ts_s)
-            sessions.append(code_of(e.session_id))
             body = e.body
             f = EV_EPHEMERAL if e.ephemeral else 0
             if type(body) is Turn:
@@ -141,7 +134,7 @@ class EventColumns:
         fps = np.frombuffer(b"".join([event_hash(e.event_id) for e in events]), dtype="<u8")
         return EventColumns(
             np.array(slots, dtype=np.int64), np.array(kinds, dtype=np.int64),
-            np.array(ts, dtype=np.float64), fps.astype(np.uint64),
+            np.array([e.ts_s for e in events], dtype=np.float64), fps.astype(np.uint64),
             np.array(sessions, dtype=np.int64), np.array(flags, dtype=np.int64),
             np.array(rows, dtype=np.float64).reshape(n, N_FEATURES),
             np.zeros(n, dtype=np.int8), slots)
