@@ -1,8 +1,11 @@
 """The output topics as the governance report reads them: typed messages, decoded once.
 
 Each topic's JSON (``streams.wire``) is decoded into a frozen ``msgspec.Struct``
-that keeps only the fields the report uses; unknown fields are ignored, so a
-newer worker's extra fields do not stop an older report. :func:`decode_values`
+that keeps only the fields the report and the demo's tally use; unknown fields are ignored,
+so a newer worker's extra fields do not stop an older report. These are the reader's side of
+the contract whose writer's side is ``streams.formats``: the two list some of the same
+fields, alike in form, and stay two, since the writer's structs hold every field of every
+kind in the order it is encoded and the reader's one kind each, with defaults. :func:`decode_values`
 decodes a whole fetched batch in one call; :func:`keep_first` drops the
 duplicates that at-least-once delivery leaves (SPEC section 7: consumers drop
 duplicates by ``id``).
