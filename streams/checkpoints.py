@@ -32,13 +32,6 @@ from streams.records import PendingBatch
 log = logging.getLogger("continuity_drift.worker")
 
 EXIT_REPLAY = 70
-#: Loop turns after each batch while a checkpoint is in flight (:meth:`Checkpoints.give_way`).
-#: ``getmany`` returns buffered records without a turn, and aiokafka's producer needs several
-#: per request (a record batch compressed, written, its response read): while a backlog was
-#: read flat out, a checkpoint's changelog (megabytes) waited 4-12 s for turns and checkpoints
-#: took p95 26-28 s. Eight cut the changelog to 1-2 s and the p95 to 9 s
-#: (docs/performance.md, "The catch-up checkpoints").
-TURNS_IN_FLIGHT = 8
 
 T = TypeVar("T")
 
@@ -75,13 +68,6 @@ class Checkpoints:
     def in_flight(self) -> bool:
         """Whether a checkpoint's commit is running in the background."""
         return self._inflight is not None
-
-    async def give_way(self) -> None:
-        """After a batch, while a checkpoint is in flight: give the loop the turns its commit
-        needs (:data:`TURNS_IN_FLIGHT`)."""
-        if self._inflight is not None:
-            for _ in range(TURNS_IN_FLIGHT):
-                await asyncio.sleep(0)
 
     async def publish(self, batch: PendingBatch) -> None:
         """Hand a batch's messages to the producer and go on (:class:`Publisher`)."""

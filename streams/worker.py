@@ -186,8 +186,8 @@ class Worker:
             self.store.close()
 
     async def _consume(self) -> None:
-        consumer, checkpoints = self.consumer, self.checkpoints
-        assert consumer is not None and checkpoints is not None
+        consumer = self.consumer
+        assert consumer is not None
         s = self.settings
         while not self.stopping.is_set():
             try:
@@ -201,7 +201,6 @@ class Worker:
             async with self.lock:
                 await self._guarded(self._step(records))
             self.processing = True
-            await checkpoints.give_way()
 
     async def _step(self, records: Sequence[InputRecord]) -> None:
         consumer, checkpoints = self.consumer, self.checkpoints
