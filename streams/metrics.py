@@ -122,9 +122,9 @@ def observe_many(histogram: Histogram, values: Sequence[float]) -> None:
     A histogram observed per record costs two locked increments per value;
     the engine gathers a batch's values and hands them over here. The buckets
     are the histogram's own (``observe`` puts a value in the first bucket whose
-    bound is not below it: ``searchsorted`` on the left), and the sum adds the values one
-    after another as ``observe`` does (``cumsum``), so the exported samples are those of one
-    ``observe`` per value; ``tests/streams/test_metrics.py`` holds that.
+    bound is not below it: ``searchsorted`` on the left), and the batch's values are summed
+    in their order (``cumsum``) and added to the sum once, so the exported samples are those
+    of one ``observe`` per value; ``tests/streams/test_metrics.py`` holds that.
 
     >>> h = Histogram("h", "doc", buckets=(1.0, 2.0), registry=CollectorRegistry())
     >>> observe_many(h, [0.5, 1.0, 1.5, 9.0])
