@@ -27,6 +27,7 @@ from streams.fhr_schema import (
     TurnEvent,
     WireEvent,
     WireModel,
+    is_id,
 )
 from streams.rejection import Rejection
 from streams.tick import TICK_KEY, decode_tick
@@ -99,6 +100,8 @@ def decode_event(key: bytes | None, value: bytes | None) -> m.FhrEvent | Rejecti
     Rejection(reason='key_mismatch', fields=('user_id',), event_id='e1')
     >>> decode_event(b"u1", ok.replace(b'"turns":3', b'"turns":-3'))
     Rejection(reason='out_of_range', fields=('turns',), event_id='e1')
+    >>> decode_event(b"u 1", ok.replace(b'"u1"', b'"u 1"'))
+    Rejection(reason='out_of_range', fields=('user_id',), event_id='e1')
     >>> decode_event(b"u1", ok.replace(b'"closed"', b'"' + b"x" * 600 + b'"'))
     Rejection(reason='raw_content_rejected', fields=('reason',), event_id='e1')
     """
@@ -118,6 +121,9 @@ def decode_event(key: bytes | None, value: bytes | None) -> m.FhrEvent | Rejecti
         return Rejection("too_deep", ())
     if isinstance(wire, BaselineReconfirmedEvent) and len(set(wire.kinds)) != len(wire.kinds):
         return Rejection("out_of_range", ("kinds",), wire.event_id)
+    if not is_id(wire.user_id + wire.session_id):  # both ids in one check: the usual case
+        name = "session_id" if is_id(wire.user_id) else "user_id"
+        return Rejection("out_of_range", (name,), wire.event_id)
     if key is None or key != wire.user_id.encode("utf-8"):
         return Rejection("key_mismatch", ("user_id",), wire.event_id)
     return to_domain(wire)

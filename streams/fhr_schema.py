@@ -11,7 +11,11 @@ from typing import Annotated, Literal
 
 import msgspec
 
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+#: The schema's pattern for an id. The decoder checks only the length of an id
+#: (:data:`Id`); :func:`is_id` checks its characters after the decode, in about a tenth of
+#: the time msgspec's regex takes (a regex per id was about 1 us a record).
+ID_PATTERN = r"^[A-Za-z0-9._:-]+$"
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
 EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Ts = Annotated[datetime, msgspec.Meta(tz=True)]
@@ -26,6 +30,19 @@ BlockReason = Literal["ae_active", "care_override", "crisis", "high_resonance_no
                       "legal_hold"]
 
 MAX_TEXT = 500
+
+_ID_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-"
+
+
+def is_id(text: str) -> bool:
+    """Whether ``text`` matches :data:`ID_PATTERN`: one or more of its characters, nothing
+    else. A trailing newline does not match, as JSON Schema reads the pattern (Python's
+    ``$`` would let one through).
+
+    >>> is_id("user-7:a.b_c"), is_id("has space"), is_id("u\\n"), is_id("caf\\u00e9"), is_id("")
+    (True, False, False, False, False)
+    """
+    return text.isascii() and text != "" and not text.encode("ascii").translate(None, _ID_BYTES)
 
 
 class _Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="event_type",

@@ -7,7 +7,7 @@ from typing import Literal
 import msgspec
 
 from drift import model as m
-from streams.fhr_schema import Id, Ts
+from streams.fhr_schema import Id, Ts, is_id
 from streams.rejection import Rejection
 from streams.wire import iso
 
@@ -46,5 +46,7 @@ def decode_tick(value: bytes | None) -> m.Tick | Rejection:
     try:
         wire = _tick_decoder.decode(value or b"")
     except (msgspec.DecodeError, RecursionError):
+        return Rejection("invalid_value", ("tick",))
+    if not is_id(wire.app_id):
         return Rejection("invalid_value", ("tick",))
     return m.Tick(wire.app_id, wire.ts.timestamp())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from drift.model import BaselineKind, BaselineReconfirmed, MemoryErase, Mode, ModeChanged
 from drift.simulation import Scenario, simulate
 from streams.codec import decode_event, encode_event
+from streams.fhr_schema import ID_PATTERN, is_id
 from streams.rejection import Rejection
 from tests.builders import UserScript
 from tests.conftest import examples
@@ -74,6 +76,7 @@ INVALID: list[tuple[str, list[str], Any, str]] = [
     ("session_start", ["schema"], "fhr/2", "unknown_schema"),
     ("session_start", ["user_id"], "has space", "out_of_range"),
     ("session_start", ["user_id"], "u" * 129, "out_of_range"),
+    ("turn", ["session_id"], "s/1", "out_of_range"),
     ("session_start", ["ts"], "2026-11-30T10:00:00", "invalid_timestamp"),
     ("session_start", ["ts"], "yesterday", "invalid_timestamp"),
     ("session_start", ["event_id"], "e" * 65, "out_of_range"),
@@ -168,3 +171,19 @@ def test_single_field_perturbations_agree_with_the_schema(base: dict[str, Any], 
     doc[key] = [None, True, -5, 2.5, "", "x" * 600, {"a": 1}, []][int(rng.integers(8))]
     result = decode_event(base["user_id"].encode(), json.dumps(doc).encode())
     assert VALIDATOR.is_valid(doc) == (not isinstance(result, Rejection))
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from("._:-\n"), max_size=12)
+       | st.text(alphabet="ab._:-\n \t/", max_size=6))
+def test_id_characters_are_the_schemas_pattern(text: str) -> None:
+    # JSON Schema reads the pattern as ECMA 262, where "$" is the end of the text only.
+    assert is_id(text) == (re.fullmatch(ID_PATTERN.strip("^$"), text) is not None)
+
+
+def test_an_id_with_a_trailing_newline_is_rejected() -> None:
+    # Python's jsonschema reads "$" as Python does and lets "u\n" through; the schema does not.
+    doc = copy.deepcopy(BY_TYPE["turn"])
+    doc["session_id"] = doc["session_id"] + "\n"
+    result = decode_event(doc["user_id"].encode(), json.dumps(doc).encode())
+    assert result == Rejection("out_of_range", ("session_id",), doc["event_id"])
