@@ -1,22 +1,23 @@
 """A batch of events folded through the compiled kernel, the rare ones through the reference.
 
 :func:`fold_batch` is what a worker calls in place of a loop of
-:func:`drift.fold.step` over a batch. The kernel (:mod:`drift.kernel.turns`) takes
-events in log order until one it cannot take; that one is handed to the reference
-fold (its user's state built from the columns and loaded back after); the kernel
-then goes on from the next event. A ``semantic``, a shown notice or a blocked write
-of the open session is the kernel's for the clock, the ring and ``last_s``; the
-rest of it (:func:`drift.fold.dispatch`) is applied here to the user's state object
-before the kernel goes on. A turn that reaches a checkpoint is the kernel's too, and the
+:func:`drift.fold.step` over a batch. The kernel (:mod:`drift.kernel.turns`) makes passes
+over the batch: each takes, in log order, the events it can apply alone and marks the
+others; after an event it marked, that event's user is parked until the next pass, and
+the other users' events go on. Between two passes, the marked events are applied here,
+in log order, one per user: an event the kernel cannot take is handed to the reference
+fold (its user's state built from the columns and loaded back after). A ``semantic``, a
+shown notice or a blocked write of the open session is the kernel's for the clock, the
+ring and ``last_s``; the rest of it (:func:`drift.fold.dispatch`) is applied here to the
+user's state object. A turn that reaches a checkpoint is the kernel's too, and the
 checkpoint (and the re-attunement turn) is scored here on the rows the columns hold,
-with the reference's own function (:func:`drift.model_change.turn_reached`), before the
-user's next event; so are a session start with no session open and the open session's
-end, which are applied here to the user's state (:func:`drift.fold.dispatch`), the result
-written into the slot.
-Events are therefore applied exactly in the order of the batch, and the effects are the
-ones the loop of ``step`` gives. Should the part done here raise, the kernel's part of
-that event is undone (the slot as the kernel saved it before the event): it changes
-nothing, as a step that raises.
+with the reference's own function (:func:`drift.model_change.turn_reached`); so are a
+session start with no session open and the open session's end, which are applied here to
+the user's state (:func:`drift.fold.dispatch`), the result written into the slot.
+Every user's events are therefore applied in their order in the batch, and the effects
+are the ones the loop of ``step`` gives (one user's step reads nothing of another's).
+Should the part done here raise, the kernel's part of that event is undone (the slot as
+the kernel saved it before the event): it changes nothing, as a step that raises.
 """
 
 from __future__ import annotations
@@ -25,14 +26,16 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from drift.baseline import UserBaselines
 from drift.checkpoint import StepContext
 from drift.fold import DUPLICATE, Step, dispatch, initial, may_erase, step
+from drift.kernel import layout
 from drift.kernel.attunement import attunement_of_rows, score_attunement
 from drift.kernel.closing import closing_state
 from drift.kernel.columns import UserColumns
 from drift.kernel.events import EventColumns
-from drift.kernel.layout import ST_APPLIED, ST_DUPLICATE, ST_ENDED, ST_SCORED, ST_SIDE, ST_STARTED
 from drift.kernel.reattune import score_reattunement
 from drift.kernel.turns import apply_turns
 from drift.model import DriftConfig, FhrEvent
@@ -121,54 +124,42 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
     outcomes: list[Outcome | None] = [None] * n
     event_arrays = ev.arrays()
     geom, params = columns.geometry.geom, columns.geometry.params
+    saves = columns.saved.at_least(ev.users)
     handoffs = 0
     stopped_at: int | None = None
     befores: dict[int, UserState] = {}
     raised: set[int] = set()
     status = ev.status
-    i = 0
-    while i < n:
+    lo, pass_no = 0, 0
+    while lo < n:
+        pass_no += 1
         icols, fcols, tcols, rings = columns.arrays()
-        j = apply_turns(i, stop_before_erasure, *event_arrays, icols, fcols, tcols, rings,
-                        geom, params, *columns.saved)
-        if j >= n:
-            break
-        s = ev.slot_list[j]
-        event = events[j]
-        taken = status[j]
-        rest = _rest(taken)
-        if rest is not None:  # the kernel took the event: the rest of it is applied here
-            try:
-                applied = rest(columns, s, event, config)
-            except Exception as exc:  # noqa: BLE001 - as a step that raises: no change
-                columns.restore(s)
-                outcomes[j] = exc
-                raised.add(j)
-                i = j + 1
-                continue
-            if applied is not None:
-                if isinstance(applied, Effects):
-                    outcomes[j] = applied
-                else:
-                    outcomes[j], befores[j] = applied
-                i = j + 1
-                continue
-            columns.restore(s)  # not one the slot takes as it is: the reference's, whole
-        state, baselines = columns.state_at(s), columns.baselines_at(s)
-        if stop_before_erasure and _may_erase(state, baselines, event, config):
-            stopped_at = j
-            break
-        handoffs += 1
-        try:
-            result = step(state, baselines, event, config, score_attunement)
-        except Exception as exc:  # noqa: BLE001 - the fold is pure: the state stays as it was
-            outcomes[j] = exc
-            raised.add(j)
+        hi = apply_turns(lo, stop_before_erasure, pass_no, *event_arrays, icols, fcols, tcols,
+                         rings, geom, params, *saves)
+        window = status[lo:hi]
+        marked = (window >= layout.ST_SIDE) & (window <= layout.ST_HANDOFF)
+        for j in (lo + np.flatnonzero(marked)).tolist():
+            # Each of a user of its own (the kernel parked them), in log order.
+            if not _rest_of(columns, ev.slot_list[j], events, j, int(status[j]),
+                            int(ev.save[j]), config, outcomes, befores, raised):
+                handoffs += 1
+            status[j] = layout.ST_DONE
+        pending = np.flatnonzero(window == layout.ST_PENDING)
+        if len(pending):
+            lo += int(pending[0])  # the parked users' later events: another pass
+        elif hi > lo:
+            lo = hi  # a pass from the event it stopped at (if any) takes it or refuses it
         else:
-            columns.put_at(s, result.state, result.baselines)
-            outcomes[j] = result
-            befores[j] = state
-        i = j + 1
+            # The pass refused event ``lo`` itself, which may erase, with every event before
+            # it applied: whether the batch stops before it is decided here.
+            s, event = ev.slot_list[lo], events[lo]
+            if _may_erase(columns.state_at(s), columns.baselines_at(s), event, config):
+                stopped_at = lo
+                break
+            handoffs += 1
+            _hand_off(columns, s, events, lo, config, outcomes, befores, raised)
+            status[lo] = layout.ST_DONE
+            lo += 1
     end = n if stopped_at is None else stopped_at
     # An event the kernel applied alone has its status's effects (a plain turn's none, a
     # duplicate's); every other one has its outcome from the loop above.
@@ -184,10 +175,51 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
     return BatchFold(done, handoffs, stopped_at, befores)
 
 
+def _rest_of(columns: UserColumns, s: int, events: Sequence[FhrEvent], j: int, taken: int,
+             row: int, config: DriftConfig, outcomes: list[Outcome | None],
+             befores: dict[int, UserState], raised: set[int]) -> bool:
+    """Event ``j``, marked ``taken`` by the kernel (slot ``s`` saved in ``row``), applied:
+    the rest of it here, or the reference's whole (then False)."""
+    rest = _rest(taken)
+    if rest is not None:  # the kernel took the event: the rest of it is applied here
+        try:
+            applied = rest(columns, s, events[j], config)
+        except Exception as exc:  # noqa: BLE001 - as a step that raises: no change
+            columns.restore(s, row)
+            outcomes[j] = exc
+            raised.add(j)
+            return True
+        if applied is not None:
+            if isinstance(applied, Effects):
+                outcomes[j] = applied
+            else:
+                outcomes[j], befores[j] = applied
+            return True
+        columns.restore(s, row)  # not one the slot takes as it is: the reference's, whole
+    _hand_off(columns, s, events, j, config, outcomes, befores, raised)
+    return False
+
+
+def _hand_off(columns: UserColumns, s: int, events: Sequence[FhrEvent], j: int,
+              config: DriftConfig, outcomes: list[Outcome | None],
+              befores: dict[int, UserState], raised: set[int]) -> None:
+    """Event ``j`` applied by the reference fold, whole, to slot ``s``'s user."""
+    state = columns.state_at(s)
+    try:
+        result = step(state, columns.baselines_at(s), events[j], config, score_attunement)
+    except Exception as exc:  # noqa: BLE001 - the fold is pure: the state stays as it was
+        outcomes[j] = exc
+        raised.add(j)
+    else:
+        columns.put_at(s, result.state, result.baselines)
+        outcomes[j] = result
+        befores[j] = state
+
+
 #: The outcome of an event the kernel applied alone, by its status (None: not alone).
 _BY_STATUS: tuple[Effects | None, ...] = tuple(
-    NO_EFFECTS if st == ST_APPLIED else DUPLICATE if st == ST_DUPLICATE else None
-    for st in range(max(ST_APPLIED, ST_DUPLICATE, ST_SIDE, ST_SCORED, ST_STARTED, ST_ENDED) + 1))
+    NO_EFFECTS if code == layout.ST_APPLIED else DUPLICATE if code == layout.ST_DUPLICATE
+    else None for code in range(layout.ST_DONE + 1))
 
 
 def _side(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -> Effects:
@@ -263,16 +295,16 @@ def _rest(taken: int) -> _Rest | None:
     """What is applied here of an event the kernel took with status ``taken`` (looked up
     when called, where the functions live, so that a wrapper set on them is called too).
 
-    >>> _rest(ST_SIDE).__name__, _rest(ST_APPLIED)
+    >>> _rest(layout.ST_SIDE).__name__, _rest(layout.ST_APPLIED)
     ('_side', None)
     """
-    if taken == ST_SCORED:
+    if taken == layout.ST_SCORED:
         return _score
-    if taken == ST_SIDE:
+    if taken == layout.ST_SIDE:
         return _side
-    if taken == ST_STARTED:
+    if taken == layout.ST_STARTED:
         return _start
-    return _end if taken == ST_ENDED else None
+    return _end if taken == layout.ST_ENDED else None
 
 
 def _may_erase(state: UserState, baselines: UserBaselines, event: FhrEvent,

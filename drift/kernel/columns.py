@@ -37,6 +37,7 @@ from drift.kernel.layout import (
     N_FEATURES,
     PY_ONLY,
     Geometry,
+    SavedRows,
     TurnRows,
     expiry_hint,
 )
@@ -83,10 +84,7 @@ class UserColumns:
         self._hints: list[tuple[UserBaselines, float, float] | None] = [None] * capacity
         """Per slot, the last expiry hint with the baselines and ``last_used_s`` it is of."""
         self._free = list(range(capacity - 1, -1, -1))
-        self.saved = (np.zeros(g.i_width, np.int64), np.zeros(F_WIDTH, np.float64),
-                      np.zeros(g.t_width, np.float64), np.zeros(g.ring, np.uint64))
-        """One slot's rows as the kernel saved them before a turn it scores (its caller
-        puts them back if the scoring raises: :meth:`restore`)."""
+        self.saved = SavedRows(g)  # put back by :meth:`restore`
         self._codes: dict[str, int] = {}
         self._generation = 0
         """How many times the session numbers were started anew (:meth:`begin_batch`)."""
@@ -314,9 +312,9 @@ class UserColumns:
         return self.turn_rows.tcols[self.icols[s, I_TROW], at:at + n * N_FEATURES].reshape(
             n, N_FEATURES)
 
-    def restore(self, s: int) -> None:
-        """The kernel's saved rows of slot ``s`` put back (:attr:`saved`), marked to rebuild."""
-        ints, floats, turn_row, ring = self.saved
+    def restore(self, s: int, row: int) -> None:
+        """Slot ``s``'s rows as the kernel saved them in ``row`` put back, marked to rebuild."""
+        ints, floats, turn_row, ring = (a[row] for a in self.saved.arrays)
         self.icols[s], self.fcols[s], self.rings[s] = ints, floats, ring
         if ints[I_TROW] >= 0:
             self.turn_rows.tcols[ints[I_TROW]] = turn_row

@@ -81,8 +81,15 @@ class EventColumns:
     sessions: npt.NDArray[np.int64]
     flags: npt.NDArray[np.int64]
     rows: npt.NDArray[np.float64]
+    user: npt.NDArray[np.int64]
+    """Per event, its user's number within the batch (0 to :attr:`users` - 1)."""
     status: npt.NDArray[np.int8]
+    parked: npt.NDArray[np.int64]
+    """Per user of the batch, the kernel's pass that parked them (0: none yet)."""
+    save: npt.NDArray[np.int64]
+    """Per event the kernel saved a slot before, the row it saved it in."""
     slot_list: list[int]
+    users: int
 
     @staticmethod
     def of(columns: UserColumns, events: Sequence[FhrEvent]) -> EventColumns:
@@ -132,17 +139,23 @@ class EventColumns:
             columns.bind_session(s)
         n = len(slots)
         fps = np.frombuffer(b"".join([event_hash(e.event_id) for e in events]), dtype="<u8")
+        slot_array = np.array(slots, dtype=np.int64)
+        distinct, user = np.unique(slot_array, return_inverse=True)
         return EventColumns(
-            np.array(slots, dtype=np.int64), np.array(kinds, dtype=np.int64),
+            slot_array, np.array(kinds, dtype=np.int64),
             np.array([e.ts_s for e in events], dtype=np.float64), fps.astype(np.uint64),
             np.array(sessions, dtype=np.int64), np.array(flags, dtype=np.int64),
             np.array(rows, dtype=np.float64).reshape(n, N_FEATURES),
-            np.zeros(n, dtype=np.int8), slots)
+            user.astype(np.int64).reshape(n), np.zeros(n, dtype=np.int8),
+            np.zeros(len(distinct), dtype=np.int64), np.zeros(n, dtype=np.int64), slots,
+            len(distinct))
 
     def arrays(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
                               npt.NDArray[np.float64], npt.NDArray[np.uint64],
                               npt.NDArray[np.int64], npt.NDArray[np.int64],
-                              npt.NDArray[np.float64], npt.NDArray[np.int8]]:
+                              npt.NDArray[np.float64], npt.NDArray[np.int64],
+                              npt.NDArray[np.int8], npt.NDArray[np.int64],
+                              npt.NDArray[np.int64]]:
         """The event arrays in the kernel's argument order."""
         return (self.slots, self.kinds, self.ts_s, self.fingerprints, self.sessions,
-                self.flags, self.rows, self.status)
+                self.flags, self.rows, self.user, self.status, self.parked, self.save)

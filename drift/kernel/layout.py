@@ -81,6 +81,8 @@ ST_STARTED = 5  # a session start with no session open, taken for the clock and 
 # caller opens the session next (drift.fold.dispatch), or hands it to the reference whole
 ST_ENDED = 6  # a session_end of the open session, taken for the clock, the ring and last_s;
 # the caller closes the session next (drift.fold.dispatch), or hands it over whole
+ST_HANDOFF = 7  # not taken: the reference's, whole
+ST_DONE = 8  # marked for the caller, and applied by it
 
 #: A baseline can be past its TTL from one second before its hint: a margin far wider than
 #: the rounding of ``now - used > ttl`` at epoch seconds, so the kernel only ever hands off
@@ -209,3 +211,32 @@ class TurnRows:
 
     def take_back(self, row: int) -> None:
         self._free.append(row)
+
+
+Saved = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64],
+              npt.NDArray[np.uint64]]
+"""Slots' rows (of ``icols``, ``fcols``, the turn row and ``rings``) as the kernel saved them."""
+
+
+class SavedRows:
+    """Rows for the kernel to save slots in before an event whose rest is its caller's, who
+    puts one back if that raises: one per user of a pass at most, grown as a batch needs.
+
+    >>> rows = SavedRows(Geometry.of(DriftConfig()))
+    >>> [a.shape[0] for a in rows.at_least(40)], rows.at_least(3)[2].shape
+    ([40, 40, 40, 40], (40, 114))
+    """
+
+    def __init__(self, g: Geometry) -> None:
+        self._g = g
+        self.arrays: Saved = self._rows(16)
+
+    def _rows(self, n: int) -> Saved:
+        g = self._g
+        return (np.zeros((n, g.i_width), np.int64), np.zeros((n, F_WIDTH), np.float64),
+                np.zeros((n, g.t_width), np.float64), np.zeros((n, g.ring), np.uint64))
+
+    def at_least(self, users: int) -> Saved:
+        if len(self.arrays[0]) < users:
+            self.arrays = self._rows(max(users, 2 * len(self.arrays[0])))
+        return self.arrays

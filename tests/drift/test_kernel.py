@@ -314,27 +314,60 @@ def test_a_state_round_trips_through_its_slot_at_every_event() -> None:
 
 
 def test_stopping_before_an_erasure_stops_where_the_engine_would() -> None:
-    events = _users_log([EVERY_ERASURE, EVERY_ERASURE[1:]], 6, 0, 3)
+    _assert_stops_before_each_erasure(_users_log([EVERY_ERASURE, EVERY_ERASURE[1:]], 6, 0, 3),
+                                      DriftConfig(), 10_000)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(plans, min_size=1, max_size=6), min_size=2, max_size=3),
+       st.sampled_from([0, 4]), st.integers(0, 2**32), st.sampled_from([5, 64, 1000]),
+       st.sampled_from(CONFIGS))
+@example([EVERY_ERASURE, EVERY_ERASURE[::-1]], 0, 1, 64, SMALL)
+def test_any_log_stopped_before_each_erasure_stops_where_the_reference_would(
+        sessions: list[list[Plan]], resend: int, seed: int, batch: int,
+        config: DriftConfig) -> None:
+    # Users' events interleaved: the kernel's passes park users, and with a checkpoint in
+    # flight none of the other users' events after the stop may be applied before it.
+    _assert_stops_before_each_erasure(_users_log(sessions, resend, 0, seed), config, batch)
+
+
+def _assert_stops_before_each_erasure(events: list[FhrEvent], config: DriftConfig,
+                                      batch: int) -> None:
+    """Every batch folded as the engine does while a checkpoint is in flight: stopped before
+    the first event that may erase, and the rest handed over again from there."""
     ref_states: dict[str, UserState] = {}
     ref_base: dict[str, UserBaselines] = {}
-    cols = UserColumns(DriftConfig())
-    rest = events
-    while rest:
-        stop = next((i for i, e in enumerate(rest)
-                     if may_erase(ref_states.get(e.user_id) or initial(e.user_id),
-                                  ref_base.get(e.user_id, UserBaselines()), e, DriftConfig())),
-                    None)
-        # The shell stops before an erasure, settles, then hands over the rest from there.
-        done = fold_batch(cols, rest, DriftConfig(), stop_before_erasure=bool(stop))
-        assert done.stopped_at == (stop if stop else None)
-        for k, e in enumerate(rest[:len(done.outcomes)]):
-            r = step(ref_states.get(e.user_id) or initial(e.user_id),
-                     ref_base.get(e.user_id, UserBaselines()), e, DriftConfig())
-            ref_states[e.user_id], ref_base[e.user_id] = r.state, r.baselines
-            assert done.effects(k) == r.effects
-        rest = rest[len(done.outcomes):]
+    cols = UserColumns(config, capacity=2)
+    for i in range(0, len(events), batch):
+        rest = events[i:i + batch]
+        while rest:
+            stop = _first_erasure(rest, dict(ref_states), dict(ref_base), config)
+            done = fold_batch(cols, rest, config, stop_before_erasure=stop != 0)
+            assert done.stopped_at == (stop if stop else None)
+            for k, e in enumerate(rest[:len(done.outcomes)]):
+                r = step(ref_states.get(e.user_id) or initial(e.user_id),
+                         ref_base.get(e.user_id, UserBaselines()), e, config)
+                ref_states[e.user_id], ref_base[e.user_id] = r.state, r.baselines
+                assert done.effects(k) == r.effects, (i, k)
+            rest = rest[len(done.outcomes):]
     for u, state in ref_states.items():
-        assert cols.states[u] == state
+        assert cols.states[u] == state, u
+        assert cols.baselines.get(u, UserBaselines()) == ref_base[u], u
+
+
+def _first_erasure(events: list[FhrEvent], states: dict[str, UserState],
+                   baselines: dict[str, UserBaselines], config: DriftConfig) -> int | None:
+    """The index of the first of ``events`` that may erase, each judged on the state the
+    reference's steps before it leave (``states`` and ``baselines`` are changed)."""
+    for k, e in enumerate(events):
+        state, base = states.get(e.user_id) or initial(e.user_id), \
+            baselines.get(e.user_id, UserBaselines())
+        if may_erase(state, base, e, config):
+            return k
+        r = step(state, base, e, config)
+        states[e.user_id], baselines[e.user_id] = r.state, r.baselines
+    return None
 
 
 def test_an_event_the_reference_raises_on_leaves_the_state_as_it_was() -> None:
