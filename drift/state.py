@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from drift import ladder
@@ -24,13 +24,33 @@ if len(FEATURES) != 6:  # WindowSums.add names each of the six
 _HASH_BYTES = 8
 
 
-def event_hash(event_id: str) -> bytes:
-    """The 64-bit fingerprint the dedupe window keeps of an event id.
+_BLANK = hashlib.blake2b(digest_size=_HASH_BYTES)  # copied: cheaper than a new one's arguments
 
-    >>> event_hash("e1").hex()
-    '1b5d5e51f54f0f04'
+
+def event_hash(event_id: str) -> bytes:
+    """The 64-bit fingerprint the dedupe window keeps of an event id (BLAKE2b, 8 bytes).
+
+    >>> event_hash("e1").hex(), hashlib.blake2b(b"e1", digest_size=8).hexdigest()
+    ('1b5d5e51f54f0f04', '1b5d5e51f54f0f04')
     """
-    return hashlib.blake2b(event_id.encode("utf-8"), digest_size=_HASH_BYTES).digest()
+    h = _BLANK.copy()
+    h.update(event_id.encode("utf-8"))
+    return h.digest()
+
+
+def event_hashes(event_ids: Iterable[str]) -> bytes:
+    """:func:`event_hash` of each id, joined: a batch's fingerprints in one loop.
+
+    >>> event_hashes(["e1", "e2"]) == event_hash("e1") + event_hash("e2")
+    True
+    """
+    copy = _BLANK.copy
+    out = []
+    for event_id in event_ids:
+        h = copy()
+        h.update(event_id.encode("utf-8"))
+        out.append(h.digest())
+    return b"".join(out)
 
 
 @fast_init

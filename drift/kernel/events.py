@@ -41,7 +41,7 @@ from drift.model import (
     SessionStart,
     Turn,
 )
-from drift.state import event_hash
+from drift.state import event_hashes
 
 _NO_ROW = (0.0,) * N_FEATURES
 _MAY_ERASE = (SessionStart, MemoryErase, ModeChanged)
@@ -138,7 +138,7 @@ class EventColumns:
         for s in set(slots):
             columns.bind_session(s)
         n = len(slots)
-        fps = np.frombuffer(b"".join([event_hash(e.event_id) for e in events]), dtype="<u8")
+        fps = np.frombuffer(event_hashes([e.event_id for e in events]), dtype="<u8")
         slot_array = np.array(slots, dtype=np.int64)
         distinct, user = np.unique(slot_array, return_inverse=True)
         return EventColumns(
