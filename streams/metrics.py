@@ -116,6 +116,12 @@ class Metrics:
         return child
 
 
+#: Below this many values, :func:`observe_many` observes them one by one (a batch's
+#: histograms mostly get a few values each: 13 us through numpy for one value, 2 us by
+#: ``observe``).
+_FEW = 8
+
+
 def observe_many(histogram: Histogram, values: Sequence[float]) -> None:
     """``histogram.observe(v)`` for every ``v``, each bucket and the sum moved once.
 
@@ -131,7 +137,9 @@ def observe_many(histogram: Histogram, values: Sequence[float]) -> None:
     >>> h._sum.get(), [b.get() for b in h._buckets]
     (12.0, [2.0, 1.0, 1.0])
     """
-    if not values:
+    if len(values) < _FEW:  # numpy's fixed cost is that of about ten observe() calls
+        for value in values:
+            histogram.observe(value)
         return
     v = np.asarray(values, dtype=np.float64)
     histogram._sum.inc(float(np.cumsum(v)[-1]))
