@@ -123,7 +123,8 @@ _FEW = 8
 
 
 def observe_many(histogram: Histogram, values: Sequence[float]) -> None:
-    """``histogram.observe(v)`` for every ``v``, each bucket and the sum moved once.
+    """``histogram.observe(v)`` for every ``v``; from :data:`_FEW` values on, each bucket
+    and the sum moved once.
 
     A histogram observed per record costs two locked increments per value;
     the engine gathers a batch's values and hands them over here. The buckets
@@ -133,9 +134,9 @@ def observe_many(histogram: Histogram, values: Sequence[float]) -> None:
     of one ``observe`` per value; ``tests/streams/test_metrics.py`` holds that.
 
     >>> h = Histogram("h", "doc", buckets=(1.0, 2.0), registry=CollectorRegistry())
-    >>> observe_many(h, [0.5, 1.0, 1.5, 9.0])
+    >>> observe_many(h, [0.5, 1.0, 1.5, 9.0] * 2)
     >>> h._sum.get(), [b.get() for b in h._buckets]
-    (12.0, [2.0, 1.0, 1.0])
+    (24.0, [4.0, 2.0, 2.0])
     """
     if len(values) < _FEW:  # numpy's fixed cost is that of about ten observe() calls
         for value in values:
