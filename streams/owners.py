@@ -20,6 +20,7 @@ import time
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 from kafka.partitioner.default import murmur2
@@ -87,7 +88,13 @@ class Owners:
         assert consumer is not None
         decode = msgspec.msgpack.Decoder(Claim).decode
         while True:
-            for messages in (await consumer.getmany(timeout_ms=1000)).values():
+            try:
+                batches = await consumer.getmany(timeout_ms=1000)
+            except KafkaError as e:  # a follower that stopped would forward nothing again
+                log.warning("owners topic not read; retrying", extra={"error_type": type(e).__name__})
+                await asyncio.sleep(1.0)
+                continue
+            for messages in batches.values():
                 for m in messages:
                     try:
                         claim = decode(m.value)

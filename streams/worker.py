@@ -321,14 +321,15 @@ class Worker:
             self.engine.assign(partitions)
             for p in new:
                 consumer.seek(TopicPartition(topics.INPUT, p), self.engine.fetch_from(p))
+            owners = self.owners
+            assert owners is not None
+            # Ready only once the claim is written: the others route this worker's users by it.
+            await self._until_done("claiming partitions",
+                                   lambda: owners.announce(self.engine.partitions))
         finally:
             self.restoring = False
         gc.collect()
         gc.freeze()
-        owners = self.owners
-        assert owners is not None
-        await self._until_done("claiming partitions",
-                               lambda: owners.announce(self.engine.partitions))
         self.metrics.worker_ready.set(1 if self.engine.partitions else 0)
         log.info("partitions assigned", extra={"partitions": sorted(partitions)})
 
