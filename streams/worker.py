@@ -55,12 +55,9 @@ log = logging.getLogger("continuity_drift.worker")
 #: partitions by hand to find the batch (:meth:`Worker._skip_unreadable`).
 UNREADABLE = (CorruptRecordException, UnsupportedCodecError, ValueError, struct.error,
               IndexError, EOFError)
-#: The collector's thresholds while the worker runs. Every event replaces a user's state by a
-#: new one that is alive at the next young collection, so with Python's default (700) the
-#: collector ran every few records and traced survivors again and again: 7.6 of 61 us per
-#: record in the engine (docs/performance.md). The fold makes no reference cycles, so garbage
-#: is freed by reference counting and a young collection every 50,000 allocations costs
-#: 0.6 us per record without holding more memory.
+#: The collector's thresholds while the worker runs. With Python's default (700) it traced
+#: each event's new, surviving state again and again (7.6 of 61 us a record); the fold makes
+#: no reference cycles, so one young collection in 50,000 allocations holds no more memory.
 GC_THRESHOLDS = (50_000, 10, 10)
 #: The most aiokafka's producer puts in one record batch of a partition (its default is 16 KB).
 #: At 16 KB a partition's batch filled while the one before was in flight, so the loop waited
@@ -118,9 +115,7 @@ class Worker:
         self.input_partitions = 0
         self.broker = BrokerWatch(self.metrics, bootstrap)
         self._raw_client: AIOKafkaClient | None = None
-        self._tick_sent: dict[int, int] = {}
-        """The partition's log end when its last tick was written: no other until the
-        worker has read past it."""
+        self._tick_sent: dict[int, int] = {}  # partition -> log end at its last tick
 
     # ------------------------------------------------------------------ lifecycle
 
