@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from drift import ladder
 from drift.attunement import AttunementScore, AttunementTest, score_attunement_drift
-from drift.baseline import Baseline, UserBaselines, Window, derive_id
+from drift.baseline import AttunementBaseline, Baseline, UserBaselines, Window, derive_id
 from drift.composite import composite, safety_drift, semantic_drift
 from drift.evolve import evolve, fast_init
 from drift.model import FEATURES, MODE_FEATURES, BaselineKind, DriftConfig, Mode
@@ -63,6 +63,10 @@ class StepContext:
     """What a closing session folds into its attunement version: None to read it in the
     session's turn log (:func:`drift.rebaseline.session_numbers`), or a function that reads
     it where the compiled kernel holds it."""
+    turn_sd: Callable[[AttunementBaseline], tuple[float, ...]] | None = None
+    """The pooled standard deviations a re-attunement reads: None for the baseline's own
+    (:meth:`drift.baseline.AttunementBaseline.turn_sd`), or a function held equal to it (the
+    compiled kernel's, which reads them from the baseline's table)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,7 +115,7 @@ def reattune(state: UserState, baselines: UserBaselines, ctx: StepContext
     feats, base_idx, cols = layout.features, layout.base_idx, layout.cols
     early = [[row[c] for c in cols] for row in early_rows]
     late = [base.late_profile[i] for i in base_idx]
-    turn_sd = base.turn_sd()
+    turn_sd = base.turn_sd() if ctx.turn_sd is None else ctx.turn_sd(base)
     sd = [turn_sd[i] for i in base_idx]
     sem = semantic_drift(session.referenced) if baselines.semantic is not None else None
     trust_index = feats.index("trust") if "trust" in feats else None

@@ -32,8 +32,8 @@ from drift.attunement import (
     score_attunement_drift,
     severity,
 )
-from drift.baseline import UserBaselines, Window
-from drift.checkpoint import attunement_inputs, score_inputs
+from drift.baseline import AttunementBaseline, UserBaselines, Window
+from drift.checkpoint import attunement_inputs, feature_layout, score_inputs
 from drift.features import WindowStats
 from drift.kernel.floats import array_sum, c_pow, special
 from drift.kernel.jit import compiled
@@ -222,11 +222,18 @@ def score_rows(rows: npt.NDArray[np.float64], features: tuple[str, ...],
     if not exact:
         return score_attunement_drift(rows.tolist(), features, baseline_windows, pooled, look,
                                       window, config)
+    return _test(out, features, look, window, rows.shape[0], config)
+
+
+def _test(out: npt.NDArray[np.float64], features: tuple[str, ...], look: int, window: int,
+          turns: int, config: DriftConfig) -> AttunementTest:
+    """The :class:`AttunementTest` of what :func:`_scores` put in ``out``."""
+    n = len(features)
     values = out.tolist()
     tests = [FeatureTest(f, values[2 * n + j], values[n + j], values[j])
              for j, f in enumerate(features)]
     p_value, p_adj = values[3 * n:]
-    return AttunementTest(p_value, p_adj, look, window, rows.shape[0],
+    return AttunementTest(p_value, p_adj, look, window, turns,
                           tuple(sorted(tests, key=lambda t: -t.z)), severity(p_adj, config))
 
 
@@ -234,15 +241,40 @@ def attunement_of_rows(rows: npt.NDArray[np.float64], session: SessionState,
                        baselines: UserBaselines, config: DriftConfig) -> AttunementTest | None:
     """:func:`drift.checkpoint.attunement_test` of the turns since the last look given as an
     array (one row per turn, every feature in :data:`drift.model.FEATURES` order), as the
-    kernel's turn row holds them: scored where they are, without the turn log's tuples. A
-    mode that tests only some of the features reads them as the reference does."""
-    inputs = attunement_inputs(session, baselines, config, rows.shape[0])
-    if inputs is None:
+    kernel's turn row holds them: scored where they are, without the turn log's tuples.
+    Where the mode tests every feature, what the reference reads of the baseline (the
+    window's turns, the pooled squares) is read from its table in the same compiled call
+    as the statistic; a mode that tests only some features reads it as the reference does.
+    """
+    base = baselines.attunement
+    if base is None or not rows.shape[0]:
         return None
-    layout, found, pooled, look, w = inputs
-    if layout.whole:
-        return score_rows(rows, layout.features, found, pooled, look, w, config)
-    return score_inputs(tuple(map(tuple, rows.tolist())), inputs, score_attunement, config)
+    layout = feature_layout(session.mode.value, base.features)
+    if not layout.whole:
+        inputs = attunement_inputs(session, baselines, config, rows.shape[0])
+        if inputs is None:
+            return None
+        return score_inputs(tuple(map(tuple, rows.tolist())), inputs, score_attunement, config)
+    features = layout.features
+    w = min(session.turns.looks, config.windows - 1)
+    look = session.turns.looks + 1
+    out = np.empty(3 * len(features) + 2)
+    found = _checkpoint_scores(rows, np.frombuffer(base.table, dtype=np.float64),
+                               _shape(base.shape), w, config.recency_decay,
+                               config.min_baseline_turns, _kinds(features), config.core_share,
+                               look_share(look, config), out)
+    if found == _NO_TEST:
+        return None
+    if found == _INEXACT:
+        return score_attunement_drift(rows.tolist(), features,
+                                      base.window(w, config.recency_decay), base.pooled, look,
+                                      w, config)
+    return _test(out, features, look, w, rows.shape[0], config)
+
+
+_NO_TEST, _SCORED, _INEXACT = 0, 1, 2
+"""What :func:`_checkpoint_scores` did: no statistic (too few baseline turns in the window,
+or too few degrees of freedom), the statistic in ``out``, or a count past exact floats."""
 
 
 @compiled("f8[:, ::1](f8[::1], i8[::1], i8, f8, i8)")
@@ -279,6 +311,77 @@ def _window_scores(current: npt.NDArray[np.float64], table: npt.NDArray[np.float
     one call from Python."""
     base = _base_rows(table, shape, w, decay, current.shape[1])
     return _scores(current, base, pooled_m2, pooled_df, kinds, core_share, share, out)
+
+
+@compiled("i8(f8[::1], f8[::1])")
+def _pooled(table: npt.NDArray[np.float64], m2: npt.NDArray[np.float64]) -> int:
+    """:attr:`drift.baseline.AttunementBaseline.pooled` of a baseline's ``table``: the
+    squares into ``m2`` (one per feature, added window by window in the table's order,
+    from 0.0), the degrees of freedom returned."""
+    n = m2.shape[0]
+    width = 1 + 2 * n
+    m2[:] = 0.0
+    df = 0
+    for at in range(0, table.shape[0], width):
+        if table[at] > 0:
+            for j in range(n):
+                m2[j] = m2[j] + table[at + 1 + n + j]
+            df += int(table[at]) - 1
+    return df
+
+
+@compiled("void(f8[::1], f8[::1])")
+def _turn_sd(table: npt.NDArray[np.float64], out: npt.NDArray[np.float64]) -> None:
+    df = max(_pooled(table, out), 1)
+    for j in range(out.shape[0]):
+        out[j] = math.sqrt(max(out[j] / df, 1e-6))
+
+
+def turn_sd(base: AttunementBaseline) -> tuple[float, ...]:
+    """:meth:`drift.baseline.AttunementBaseline.turn_sd`, read from the baseline's table
+    (:data:`drift.checkpoint.StepContext.turn_sd`).
+
+    >>> from drift.baseline import next_meta
+    >>> from drift.model import BaselineKind, Mode, ModelTriple
+    >>> meta = next_meta(None, "u", BaselineKind.ATTUNEMENT, 0.0, "s",
+    ...                  ModelTriple("m", "t", "p"), Mode.LIGHT, DriftConfig())
+    >>> stats = WindowStats(5, (0.5,), (0.9,))
+    >>> b = AttunementBaseline.of(meta, ("friction",), ((stats, stats),), (0.2,))
+    >>> turn_sd(b) == b.turn_sd()
+    True
+    """
+    out = np.empty(len(base.features))
+    _turn_sd(np.frombuffer(base.table, dtype=np.float64), out)
+    return tuple(out.tolist())
+
+
+@compiled("i8(f8[:, ::1], f8[::1], i8[::1], i8, f8, i8, b1[:, ::1], f8, f8, f8[::1])")
+def _checkpoint_scores(current: npt.NDArray[np.float64], table: npt.NDArray[np.float64],
+                       shape: npt.NDArray[np.int64], w: int, decay: float, min_turns: int,
+                       kinds: npt.NDArray[np.bool_], core_share: float, share: float,
+                       out: npt.NDArray[np.float64]) -> int:
+    """:func:`drift.checkpoint.attunement_inputs` and the statistic of window ``w`` of a
+    baseline's ``table`` in one call: the window's turns (:meth:`drift.baseline.Window.turns`)
+    and the pooled squares and degrees of freedom
+    (:attr:`drift.baseline.AttunementBaseline.pooled`, added in its order), then
+    :func:`_window_scores`. Returns ``_NO_TEST``, ``_SCORED`` or ``_INEXACT``."""
+    n = current.shape[1]
+    width = 1 + 2 * n
+    turns = 0
+    at = 0
+    for age in range(shape.shape[0]):
+        k = at + w * width
+        if w < shape[age] and table[k] > 0:
+            turns += int(table[k])
+        at += shape[age] * width
+    if turns < min_turns:
+        return _NO_TEST
+    m2 = np.empty(n)
+    df = _pooled(table, m2)
+    if df < 2:
+        return _NO_TEST
+    base = _base_rows(table, shape, w, decay, n)
+    return _SCORED if _scores(current, base, m2, df, kinds, core_share, share, out) else _INEXACT
 
 
 @functools.lru_cache(maxsize=64)

@@ -32,7 +32,7 @@ from drift.baseline import UserBaselines
 from drift.checkpoint import StepContext
 from drift.fold import DUPLICATE, Step, dispatch, initial, may_erase, step
 from drift.kernel import layout
-from drift.kernel.attunement import attunement_of_rows, score_attunement
+from drift.kernel.attunement import attunement_of_rows, score_attunement, turn_sd
 from drift.kernel.closing import closing_state
 from drift.kernel.columns import UserColumns
 from drift.kernel.events import EventColumns
@@ -285,7 +285,7 @@ def _score(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -
     current = columns.current_rows(s)
     ctx = StepContext(event.event_id, event.session_id, columns.clock_at(s),
                       config, score_attunement, event.ts_s, score_reattunement,
-                      functools.partial(attunement_of_rows, current))
+                      functools.partial(attunement_of_rows, current), turn_sd=turn_sd)
     state, outputs = turn_reached(columns.scored_at(s), columns.baselines_at(s), ctx)
     columns.keep_scored(s, state)
     return Effects(outputs) if outputs else NO_EFFECTS

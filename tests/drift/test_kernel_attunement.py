@@ -18,12 +18,14 @@ from hypothesis import strategies as st
 
 from drift.attunement import AttunementTest, score_attunement_drift
 from drift.baseline import AttunementBaseline, UserBaselines, next_meta
+from drift.checkpoint import attunement_test
 from drift.features import WindowStats
 from drift.fold import initial, step
-from drift.kernel.attunement import _scores, score_attunement
+from drift.kernel.attunement import _scores, attunement_of_rows, score_attunement, turn_sd
 from drift.kernel.floats import c_pow
 from drift.kernel.jit import compiled
 from drift.model import FEATURES, BaselineKind, DriftConfig, Mode, ModelTriple
+from drift.state import SessionState, TurnLog
 from tests.conftest import examples
 from tests.streams.golden import golden_events
 
@@ -164,3 +166,66 @@ def test_a_checkpoint_whose_z_squared_is_not_z_times_z_scores_the_same() -> None
     reference = score_attunement_drift(*args)
     assert reference.features[0].z ** 2 != reference.features[0].z * reference.features[0].z
     assert score_attunement(*args) == reference
+
+
+@st.composite
+def checkpoints(draw: st.DrawFn) -> tuple[Any, ...]:
+    """A session at a checkpoint and a baseline over every feature: its sessions of one to
+    three windows, some None, of one to six turns (so that some windows hold fewer turns
+    than a statistic needs, and some baselines too few degrees of freedom)."""
+    value = st.floats(-50.0, 50.0, allow_nan=False)
+
+    def row() -> tuple[float, ...]:
+        return tuple(float(draw(st.integers(0, 1))) if f == "friction" else draw(value)
+                     for f in FEATURES)
+
+    def window() -> WindowStats | None:
+        if draw(st.booleans()) and draw(st.booleans()):
+            return None
+        n = draw(st.integers(1, 6))
+        means = [draw(st.integers(0, n)) / n if f == "friction" else draw(value)
+                 for f in FEATURES]
+        return WindowStats(n, means, [draw(st.floats(0.0, 1e3)) for _ in FEATURES])
+
+    sessions = tuple(tuple(window() for _ in range(draw(st.integers(1, 3))))
+                     for _ in range(draw(st.integers(1, 5))))
+    config = DriftConfig(recency_decay=draw(st.floats(0.1, 1.0)))
+    mode = draw(st.sampled_from([Mode.FULL, Mode.FULL, Mode.LIGHT]))
+    meta = next_meta(None, "u", BaselineKind.ATTUNEMENT, 0.0, "s", ModelTriple("m", "t", "p"),
+                     mode, config)
+    baseline = AttunementBaseline.of(meta, FEATURES, sessions, (0.0,) * len(FEATURES))
+    rows = tuple(row() for _ in range(draw(st.integers(1, 8))))
+    turns = TurnLog(n_turns=len(rows), looks=draw(st.integers(0, 4)), current_rows=rows)
+    session = SessionState("s", mode, 0.0, 0.0, ModelTriple("m", "t", "p"), ("g", "p", "c"),
+                           False, turns)
+    return session, UserBaselines(attunement=baseline), config
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(checkpoints())
+def test_a_checkpoint_reads_its_baseline_as_the_reference_does(args: tuple[Any, ...]) -> None:
+    """The kernel's checkpoint statistic reads the window's turns and the pooled squares
+    from the baseline's table in the statistic's own compiled call: the same test as the
+    reference's, and None where the reference has none."""
+    session, baselines, config = args
+    rows = np.array(session.turns.current_rows, dtype=np.float64)
+    reference = attunement_test(session, baselines, config, score_attunement_drift)
+    assert attunement_of_rows(rows, session, baselines, config) == reference
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(checkpoints())
+def test_the_pooled_squares_are_the_windows_added_in_order(args: tuple[Any, ...]) -> None:
+    """:attr:`AttunementBaseline.pooled` and the kernel's standard deviations read from the
+    baseline's table (:func:`drift.kernel.attunement.turn_sd`) against the windows' objects
+    added in order: the same floats."""
+    baseline = args[1].attunement
+    f = len(baseline.features)
+    m2, df = [0.0] * f, 0
+    for windows in baseline.sessions:
+        for stats in windows:
+            if stats is not None and stats.n > 0:
+                m2 = [a + b for a, b in zip(m2, stats.m2, strict=True)]
+                df += stats.n - 1
+    assert baseline.pooled == (tuple(m2), df)
+    assert turn_sd(baseline) == baseline.turn_sd(), "the kernel's, read from the table"
