@@ -15,11 +15,8 @@ the kernels as Python (coverage, debugging): ``NUMBA_DISABLE_JIT=1`` in front.
 from __future__ import annotations
 
 import contextlib
-import os
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 from unittest import mock
 
 import pytest
@@ -29,8 +26,7 @@ from hypothesis import strategies as st
 import drift.kernel.columns as columns_module
 from baselines.snapshot import encode_state
 from drift.baseline import UserBaselines
-from drift.evolve import evolve
-from drift.fold import initial, may_erase, step
+from drift.fold import initial, step
 from drift.kernel import UserColumns, fold_batch
 from drift.kernel.layout import I_FLAGS, PY_ONLY
 from drift.model import (
@@ -40,78 +36,23 @@ from drift.model import (
     MemoryWrite,
     Mode,
     ModelTriple,
-    Semantic,
-    SessionEnd,
     SessionStart,
     Turn,
     event_type_of,
 )
-from drift.outputs import Effects
-from drift.state import UserState
-from streams.wire import encode
 from tests.builders import memory_only_users
-from tests.drift.test_fold_properties import EVERY_ERASURE, MODELS, Plan, _events, plans
+from tests.drift.kernel_paths import (
+    CONFIGS,
+    EXAMPLES,
+    SMALL,
+    Run,
+    assert_same,
+    kernel,
+    reference,
+    users_log,
+)
+from tests.drift.test_fold_properties import EVERY_ERASURE, MODELS, Plan, plans
 from tests.streams.golden import golden_events
-
-EXAMPLES = int(os.environ.get("KERNEL_EXAMPLES", "25"))
-#: A small ring (it wraps within a few sessions) and checkpoints off the defaults' grid.
-SMALL = DriftConfig(recent_event_ids=6, checkpoint_turn=3, checkpoint_every=4,
-                    reattune_checkpoint_turn=4, windows=2, late_profile_turns=2)
-CONFIGS = (DriftConfig(), SMALL)
-
-
-@dataclass
-class Run:
-    effects: list[Effects]
-    states: dict[str, UserState]
-    baselines: dict[str, UserBaselines]
-
-
-def reference(events: Sequence[FhrEvent], config: DriftConfig) -> Run:
-    states: dict[str, UserState] = {}
-    baselines: dict[str, UserBaselines] = {}
-    effects = []
-    for e in events:
-        result = step(states.get(e.user_id) or initial(e.user_id),
-                      baselines.get(e.user_id, UserBaselines()), e, config)
-        states[e.user_id], baselines[e.user_id] = result.state, result.baselines
-        effects.append(result.effects)
-    return Run(effects, states, baselines)
-
-
-def kernel(events: Sequence[FhrEvent], config: DriftConfig, batch: int,
-           cols: UserColumns | None = None,
-           after_batch: Callable[[UserColumns], None] | None = None) -> tuple[Run, int]:
-    """``events`` through the kernel in batches of ``batch``; ``after_batch`` is called with
-    the columns after each one (as the worker's checkpoint strips its users)."""
-    cols = cols if cols is not None else UserColumns(config, capacity=2)
-    effects: list[Effects] = []
-    handoffs = 0
-    for i in range(0, len(events), batch):
-        done = fold_batch(cols, events[i:i + batch], config)
-        assert done.stopped_at is None
-        handoffs += done.handoffs
-        for k in range(len(done.outcomes)):
-            eff = done.effects(k)
-            assert eff is not None, done.outcomes[k]
-            effects.append(eff)
-        if after_batch is not None:
-            after_batch(cols)
-    users = {e.user_id for e in events}
-    return Run(effects, {u: cols.states[u] for u in users},
-               {u: cols.baselines[u] for u in users if u in cols.baselines}), handoffs
-
-
-def assert_same(ref: Run, got: Run, seed: object) -> None:
-    assert len(got.effects) == len(ref.effects), seed
-    for i, (a, b) in enumerate(zip(ref.effects, got.effects, strict=True)):
-        assert [encode(o) for o in a.outputs] == [encode(o) for o in b.outputs], (seed, i)
-        assert a == b, (seed, i)
-    assert ref.states.keys() == got.states.keys(), seed
-    for u, state in ref.states.items():
-        assert encode_state(got.states[u]) == encode_state(state), (seed, u)
-        assert got.states[u] == state, (seed, u)
-        assert got.baselines.get(u, UserBaselines()) == ref.baselines[u], (seed, u)
 
 
 def test_the_golden_log_gives_the_reference_effects_and_states() -> None:
@@ -164,29 +105,6 @@ def test_a_stale_session_number_is_not_taken_for_the_open_session(
                     {"u": fresh.baselines["u"]} if "u" in fresh.baselines else {}), "stray")
 
 
-def _users_log(sessions: list[list[Plan]], resend: int, eph_every: int, seed: int
-               ) -> list[FhrEvent]:
-    """Each user's drawn sessions, interleaved in an order drawn from ``seed`` (each user's
-    own order kept); every ``eph_every``-th event of the first user marked ephemeral."""
-    per_user = []
-    for u, plan in enumerate(sessions):
-        evs = [evolve(e, user_id=f"u{u}", event_id=f"u{u}-{e.event_id}")
-               for e in _events(plan, resend)]
-        if u == 0 and eph_every:
-            evs = [evolve(e, ephemeral=True) if k % eph_every == eph_every - 1 else e
-                   for k, e in enumerate(evs)]
-        per_user.append(evs)
-    rng = random.Random(seed)
-    order = [u for u, evs in enumerate(per_user) for _ in evs]
-    rng.shuffle(order)
-    cursors = [0] * len(per_user)
-    out = []
-    for u in order:
-        out.append(per_user[u][cursors[u]])
-        cursors[u] += 1
-    return out
-
-
 @settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(plans, min_size=1, max_size=6), min_size=1, max_size=3),
@@ -199,7 +117,7 @@ def test_any_log_gives_the_reference_effects_and_states(
         sessions: list[list[Plan]], resend: int, eph_every: int, seed: int, batch: int,
         config: DriftConfig, spare: int | None) -> None:
     """``spare`` set: the session numbers start anew past that many (not per user)."""
-    events = _users_log(sessions, resend, eph_every, seed)
+    events = users_log(sessions, resend, eph_every, seed)
     tag = f"seed={seed} batch={batch} resend={resend} eph_every={eph_every} spare={spare}"
     with (contextlib.nullcontext() if spare is None else
           mock.patch.multiple(columns_module, _CODES_PER_USER=0, _CODES_SPARE=spare)):
@@ -248,7 +166,7 @@ def test_the_guard_folds_every_blocking_state_as_the_reference(
 
 def test_the_kernel_takes_turns_and_scores_checkpoints_and_takes_starts_and_ends(
         ) -> None:
-    events = _users_log([[Plan(Mode.FULL, 0, "g1", 12, 0.0, (), True, 60.0)] * 3], 0, 0, 0)
+    events = users_log([[Plan(Mode.FULL, 0, "g1", 12, 0.0, (), True, 60.0)] * 3], 0, 0, 0)
     expected = reference(events, DriftConfig())
     got, handoffs = kernel(events, DriftConfig(), 1000)
     assert_same(expected, got, "three sessions")
@@ -271,7 +189,7 @@ def test_a_session_start_and_end_are_the_kernels_unless_they_end_one_or_keep_not
     full, other = Plan(Mode.FULL, 0, "g1", 6, 0.0, (), True, 60.0), \
         Plan(Mode.FULL, 1, "g1", 6, 0.0, (), True, 60.0)
     log = [full, other, replace(other, end=False), replace(other, mode=Mode.SESSION_ONLY)]
-    events = _users_log([log], 0, 0, 0)
+    events = users_log([log], 0, 0, 0)
     expected = reference(events, DriftConfig())
     got, handoffs = kernel(events, DriftConfig(), 1000)
     assert_same(expected, got, "starts")
@@ -283,7 +201,7 @@ def test_a_session_start_and_end_are_the_kernels_unless_they_end_one_or_keep_not
 
 def test_a_state_that_does_not_fit_the_columns_is_folded_by_the_reference() -> None:
     config = DriftConfig(recent_event_ids=4)
-    events = _users_log([[Plan(Mode.FULL, 0, "g1", 8, 0.0, (), True, 60.0)] * 2], 0, 0, 0)
+    events = users_log([[Plan(Mode.FULL, 0, "g1", 8, 0.0, (), True, 60.0)] * 2], 0, 0, 0)
     ref = reference(events[:9], DriftConfig())  # a ring of 128 ids: too many for 4
     cols = UserColumns(config)
     cols.states["u0"], cols.baselines["u0"] = ref.states["u0"], ref.baselines["u0"]
@@ -304,148 +222,13 @@ def test_a_state_round_trips_through_its_slot_at_every_event() -> None:
     for config in CONFIGS:
         cols = UserColumns(config)
         state, baselines = initial("u0"), UserBaselines()
-        for e in _users_log([EVERY_ERASURE * 2], 5, 0, 0):
+        for e in users_log([EVERY_ERASURE * 2], 5, 0, 0):
             r = step(state, baselines, e, config)
             state, baselines = r.state, r.baselines
             cols.states["u0"] = state
             cols.icols[cols.slot("u0"), I_FLAGS] |= 32 | 64  # force a rebuild from columns
             assert cols.states["u0"] == state
             assert encode_state(cols.states["u0"]) == encode_state(state)
-
-
-def test_stopping_before_an_erasure_stops_where_the_engine_would() -> None:
-    _assert_stops_before_each_erasure(_users_log([EVERY_ERASURE, EVERY_ERASURE[1:]], 6, 0, 3),
-                                      DriftConfig(), 10_000)
-
-
-@settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.lists(plans, min_size=1, max_size=6), min_size=2, max_size=3),
-       st.sampled_from([0, 4]), st.integers(0, 2**32), st.sampled_from([5, 64, 1000]),
-       st.sampled_from(CONFIGS))
-@example([EVERY_ERASURE, EVERY_ERASURE[::-1]], 0, 1, 64, SMALL)
-def test_any_log_stopped_before_each_erasure_stops_where_the_reference_would(
-        sessions: list[list[Plan]], resend: int, seed: int, batch: int,
-        config: DriftConfig) -> None:
-    # Users' events interleaved: the kernel's passes park users, and with a checkpoint in
-    # flight none of the other users' events after the stop may be applied before it.
-    _assert_stops_before_each_erasure(_users_log(sessions, resend, 0, seed), config, batch)
-
-
-def _assert_stops_before_each_erasure(events: list[FhrEvent], config: DriftConfig,
-                                      batch: int) -> None:
-    """Every batch folded as the engine does while a checkpoint is in flight: stopped before
-    the first event that may erase, and the rest handed over again from there."""
-    ref_states: dict[str, UserState] = {}
-    ref_base: dict[str, UserBaselines] = {}
-    cols = UserColumns(config, capacity=2)
-    for i in range(0, len(events), batch):
-        rest = events[i:i + batch]
-        while rest:
-            stop = _first_erasure(rest, dict(ref_states), dict(ref_base), config)
-            done = fold_batch(cols, rest, config, stop_before_erasure=stop != 0)
-            assert done.stopped_at == (stop if stop else None)
-            for k, e in enumerate(rest[:len(done.outcomes)]):
-                r = step(ref_states.get(e.user_id) or initial(e.user_id),
-                         ref_base.get(e.user_id, UserBaselines()), e, config)
-                ref_states[e.user_id], ref_base[e.user_id] = r.state, r.baselines
-                assert done.effects(k) == r.effects, (i, k)
-            rest = rest[len(done.outcomes):]
-    for u, state in ref_states.items():
-        assert cols.states[u] == state, u
-        assert cols.baselines.get(u, UserBaselines()) == ref_base[u], u
-
-
-def _first_erasure(events: list[FhrEvent], states: dict[str, UserState],
-                   baselines: dict[str, UserBaselines], config: DriftConfig) -> int | None:
-    """The index of the first of ``events`` that may erase, each judged on the state the
-    reference's steps before it leave (``states`` and ``baselines`` are changed)."""
-    for k, e in enumerate(events):
-        state, base = states.get(e.user_id) or initial(e.user_id), \
-            baselines.get(e.user_id, UserBaselines())
-        if may_erase(state, base, e, config):
-            return k
-        r = step(state, base, e, config)
-        states[e.user_id], baselines[e.user_id] = r.state, r.baselines
-    return None
-
-
-def test_an_event_the_reference_raises_on_leaves_the_state_as_it_was() -> None:
-    bad = FhrEvent("bad", "turn", 2.0, "u", "s0", False,
-                   Turn.neutral(1, user_tokens="x"))
-    cols = UserColumns(DriftConfig())
-    events = _users_log([[Plan(Mode.FULL, 0, "g1", 3, 0.0, (), False, 60.0)]], 0, 0, 0)
-    events = [evolve(e, user_id="u") for e in events]
-    fold_batch(cols, events, DriftConfig())
-    before = cols.states["u"]
-    done = fold_batch(cols, [bad, events[-1]], DriftConfig())
-    assert isinstance(done.outcomes[0], TypeError), done.outcomes
-    resent = done.effects(1)
-    assert resent is not None and resent.duplicate
-    assert cols.states["u"] == before
-
-
-def _scored_turn(e: FhrEvent) -> bool:
-    return isinstance(e.body, Turn) and e.body.turn == 10
-
-
-def _semantic(e: FhrEvent) -> bool:
-    return isinstance(e.body, Semantic)
-
-
-def _start(e: FhrEvent) -> bool:
-    return isinstance(e.body, SessionStart)
-
-
-def _end(e: FhrEvent) -> bool:
-    return isinstance(e.body, SessionEnd)
-
-
-@pytest.mark.parametrize(("part", "victim_of"), [("turn_reached", _scored_turn),
-                                                  ("dispatch", _semantic),
-                                                  ("dispatch", _start), ("dispatch", _end)])
-def test_an_event_whose_part_outside_the_kernel_raises_changes_nothing(
-        monkeypatch: pytest.MonkeyPatch, part: str, victim_of: Any) -> None:
-    """A turn the kernel took and its caller scores (``turn_reached``), or a semantic
-    event, a session's start or its end, whose rest its caller applies (``dispatch``): if
-    that part raises, the slot is put back as it was before the event, and the event's
-    outcome is the exception, as the reference's step raising on it; the next events go
-    on from there."""
-    import drift.fold as fold_module
-    import drift.kernel.batch as batch_module
-
-    plan = Plan(Mode.FULL, 0, "g1", 12, 0.0, ((4, Semantic(4, "c1", "commitment", "affirm")),),
-                True, 60.0)
-    events = _users_log([[plan] * 2], 0, 0, 0)
-    victim = [e for e in events if victim_of(e)][-1]
-    real = getattr(fold_module, part)
-
-    def raising(state: UserState, baselines: UserBaselines, *args: Any) -> Any:
-        ctx = args[-1]
-        if ctx.event_id == victim.event_id:
-            raise ZeroDivisionError("fault")
-        return real(state, baselines, *args)
-
-    monkeypatch.setattr(fold_module, part, raising)
-    monkeypatch.setattr(batch_module, part, raising)
-    states: dict[str, UserState] = {}
-    bases: dict[str, UserBaselines] = {}
-    expected: list[Effects | None] = []
-    for e in events:
-        try:
-            r = step(states.get(e.user_id) or initial(e.user_id),
-                     bases.get(e.user_id, UserBaselines()), e, DriftConfig())
-        except ZeroDivisionError:
-            expected.append(None)
-            continue
-        states[e.user_id], bases[e.user_id] = r.state, r.baselines
-        expected.append(r.effects)
-    assert expected.count(None) == 1
-    cols = UserColumns(DriftConfig())
-    done = fold_batch(cols, events, DriftConfig())
-    assert [done.effects(k) for k in range(len(events))] == expected
-    assert isinstance(done.outcomes[events.index(victim)], ZeroDivisionError)
-    assert {u: cols.states[u] for u in states} == states
 
 
 def test_memory_only_users_give_the_reference_effects_and_states() -> None:
