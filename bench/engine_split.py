@@ -40,6 +40,7 @@ import functools
 import inspect
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -50,6 +51,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from bench.harness import build_stream, partition_of
 
 CHECKPOINT = "checkpoint write"
 
@@ -169,7 +172,6 @@ def install(timers: Timers) -> None:
 def run(records: int, users: int, seed: int) -> tuple[Timers, float, float, int]:
     """Put the stream through a real engine on a DuckDB file; returns the timers, the
     checkpoint writes' seconds, the whole loop's seconds and the number of records."""
-    from bench.harness import build_stream
     from bench.instructions import input_records, through_engine
 
     stream = build_stream(records, users, seed, start=1.8e9)
@@ -209,6 +211,58 @@ def table(timers: Timers, write_s: float, total_s: float, n: int) -> list[str]:
     walk(CHECKPOINT, 1)
     lines.append(row("the loop (engine + checkpoint writes)", total_s, None, 0))
     return lines
+
+
+def by_batch_size(records: Sequence[tuple[bytes, bytes, str]], partitions: int,
+                 batch_sizes: Sequence[int], warmup: int) -> list[dict[str, Any]]:
+    """The worker's own work without Kafka: ``Engine.process`` and ``commit_batch`` per record.
+
+    The records go through a real :class:`streams.engine.Engine` and a DuckDB file in a
+    temporary directory, in batches as the agent would hand them over; the first
+    ``warmup`` records are not timed.
+    """
+    from prometheus_client import CollectorRegistry
+
+    from baselines.store import BaselineStore
+    from drift.model import DriftConfig
+    from streams.engine import Engine
+    from streams.metrics import build_metrics
+    from streams.records import Record
+
+    offsets = dict.fromkeys(range(partitions), 0)
+    now = time.time()
+    recs = []
+    for key, value, _ in records:
+        part = partition_of(key, partitions)
+        recs.append(Record(part, offsets[part], key, value, int(now * 1000)))
+        offsets[part] += 1
+    rows = []
+    for size in batch_sizes:
+        with tempfile.TemporaryDirectory(prefix="continuity-split-") as tmp:
+            store = BaselineStore(Path(tmp) / "continuity.duckdb")
+            engine = Engine(store, DriftConfig(), build_metrics(CollectorRegistry()))
+            engine.assign(range(partitions))
+            spent = [0.0, 0.0]
+            timed = 0
+            try:
+                for i in range(0, len(recs), size):
+                    batch = recs[i:i + size]
+                    t0 = time.perf_counter()
+                    engine.process(batch)
+                    t1 = time.perf_counter()
+                    store.commit_batch(engine.take_checkpoint())
+                    t2 = time.perf_counter()
+                    if i >= warmup:
+                        spent[0] += t1 - t0
+                        spent[1] += t2 - t1
+                        timed += len(batch)
+            finally:
+                store.close()
+        rows.append({"batch": size, "records": timed,
+                     "process_us": 1e6 * spent[0] / max(timed, 1),
+                     "commit_us": 1e6 * spent[1] / max(timed, 1),
+                     "commit_ms_per_batch": 1e3 * spent[1] / max(timed / size, 1)})
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:

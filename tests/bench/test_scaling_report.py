@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from bench.throughput import _report_throughput
+from bench.throughput_report import _report_throughput
 
 
 def _one() -> dict[str, Any]:
