@@ -38,6 +38,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import harness
+from bench.kafka_io import offsets_after, produce_async
+from bench.procs import stop_process
 from streams import topics
 from streams.broker import EmbeddedBroker
 from streams.settings import Settings
@@ -129,11 +131,11 @@ def measure(bootstrap: str, tmp: Path, records: list[tuple[bytes, bytes, str]],
                                    if proc.stderr else "the plain consumer did not start")
             time.sleep(0.05)
         acks: list[float] = []
-        sent, secs = asyncio.run(harness.produce_async(bootstrap, records, partitions, rate, acks,
+        sent, secs = asyncio.run(produce_async(bootstrap, records, partitions, rate, acks,
                                              topic))
         proc.wait(timeout=duration + 90)
     finally:
-        harness.stop_process(proc, timeout_s=10)
+        stop_process(proc, timeout_s=10)
     if not out.exists():
         raise RuntimeError(f"the plain consumer exited with {proc.returncode} and no figures")
     got = json.loads(out.read_text())
@@ -201,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         for rate, count in zip(rates, counts, strict=True):
             harness.log(f"{count} records offered at {rate:.0f}/s to a plain consumer")
             # the log holds exactly the earlier offers
-            start = harness.offsets_after(stream.records[:begin], args.partitions)
+            start = offsets_after(stream.records[:begin], args.partitions)
             runs.append(measure(broker.bootstrap, Path(name), stream.records[begin:begin + count],
                                 start, rate, args.partitions, settings, args.step))
             harness.log(f"    p99 {runs[-1]['latency_ms']['p99']:.0f} ms")

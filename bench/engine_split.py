@@ -52,7 +52,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.harness import build_stream, partition_of
+from bench.harness import build_stream
+from bench.kafka_io import partition_of
 
 CHECKPOINT = "checkpoint write"
 

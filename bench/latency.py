@@ -17,22 +17,10 @@ from typing import Any
 
 import msgspec
 
-from bench.harness import (
-    Histogram,
-    WorkerRun,
-    WorkerSpec,
-    commit_group_offsets,
-    commit_histograms,
-    fmt,
-    fmt_ms,
-    log,
-    pass_fail,
-    percentiles,
-    proc_cpu_s,
-    proc_rss_mb,
-    produce_async,
-    read_all,
-)
+from bench.harness import fmt, fmt_ms, log, pass_fail, percentiles
+from bench.kafka_io import commit_group_offsets, produce_async, read_all
+from bench.procs import proc_cpu_s, proc_rss_mb
+from bench.worker_run import Histogram, WorkerRun, WorkerSpec, commit_histograms
 from streams import topics
 
 #: SPEC section 11: p99 from an input record's Kafka timestamp to its output, by offered rate

@@ -12,17 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from bench.harness import (
-    WorkerRun,
-    WorkerSpec,
-    commit_histograms,
-    fmt,
-    log,
-    pass_fail,
-    proc_cpu_s,
-    proc_rss_mb,
-    rate_from_samples,
-)
+from bench.harness import fmt, log, pass_fail, rate_from_samples
+from bench.procs import proc_cpu_s, proc_rss_mb
+from bench.worker_run import WorkerRun, WorkerSpec, commit_histograms
 
 RSS_SLOPE_GOAL_MB = 1.0  # per 100k events over the second half of the memory run
 

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.harness import partition_of
+from bench.kafka_io import partition_of
 from drift.model import BaselineKind, DriftConfig
 from drift.outputs import ErasureOutcome, ErasureReceipt, ErasureTarget
 from drift.replay import replay

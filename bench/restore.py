@@ -59,17 +59,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.harness import (
-    WorkerRun,
-    WorkerSpec,
-    git_commit,
-    log,
-    metric_sum,
-    partition_of,
-    positive_values,
-    produce,
-    stop_process,
-)
+from bench.harness import git_commit, log, positive_values
+from bench.kafka_io import partition_of, produce
+from bench.procs import stop_process
+from bench.worker_run import WorkerRun, WorkerSpec, metric_sum
 from streams import topics
 from streams.broker import EmbeddedBroker
 

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.harness import log, partition_of
+from bench.harness import log
+from bench.kafka_io import partition_of
 from streams import topics
 
 

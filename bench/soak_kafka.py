@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from bench.harness import partition_of
+from bench.kafka_io import partition_of
 from bench.soak_expected import digest
 from streams import topics
 

@@ -69,18 +69,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.engine_split import by_batch_size
-from bench.harness import (
-    DEFAULT_SEED,
-    PARTITIONS,
-    WorkerSpec,
-    build_stream,
-    create_topic,
-    log,
-    machine,
-    offsets_after,
-    positive_values,
-    produce,
-)
+from bench.harness import DEFAULT_SEED, PARTITIONS, build_stream, log, machine, positive_values
+from bench.kafka_io import create_topic, offsets_after, produce
 from bench.latency import (
     FLOOR_TOPIC,
     phase_floor,
@@ -95,6 +85,7 @@ from bench.throughput_phases import (
     phase_worker_throughput,
 )
 from bench.throughput_report import report, summarize_profile
+from bench.worker_run import WorkerSpec
 from bench.yardstick import baseline_aiokafka, baseline_faust
 from streams import topics
 from streams.broker import EmbeddedBroker

@@ -22,24 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.harness import (
-    WorkerRun,
-    WorkerSpec,
-    commit_histograms,
-    log,
-    machine_cpu_s,
-    metric_sum,
-    offsets_after,
-    proc_cpu_s,
-    proc_rss_mb,
-    produce,
-    rate_all_busy,
-    rate_from_samples,
-    stop_process,
-)
+from bench.harness import log, rate_all_busy, rate_from_samples
+from bench.kafka_io import offsets_after, produce
 from bench.latency import (
     phase_latency,
 )
+from bench.procs import machine_cpu_s, proc_cpu_s, proc_rss_mb, stop_process
+from bench.worker_run import WorkerRun, WorkerSpec, commit_histograms, metric_sum
 from bench.yardstick import baseline_aiokafka
 from streams import topics
 from streams.broker import EmbeddedBroker

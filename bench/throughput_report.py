@@ -11,11 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (
-    fmt,
-    fmt_ms,
-    pass_fail,
-)
+from bench.harness import fmt, fmt_ms, pass_fail
 from bench.latency import report_latency, report_latency_ab
 from bench.memory import report_memory
 from bench.state_size import report_state

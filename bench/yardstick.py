@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import ROOT, clean_env, stop_process
+from bench.harness import ROOT, clean_env
+from bench.procs import stop_process
 
 AIOKAFKA_SCRIPT = """
 import asyncio, json, sys, time
