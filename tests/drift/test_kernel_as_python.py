@@ -12,7 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The kernel's own tests and doctests (a few drawn examples each: the compiled run draws more).
-KERNEL_TESTS = ("tests/drift/test_kernel.py", "tests/drift/test_kernel_slots.py",
+KERNEL_TESTS = ("tests/drift/test_kernel.py", "tests/drift/test_kernel_stops.py",
+                "tests/drift/test_kernel_slots.py",
                 "tests/drift/test_kernel_attunement.py", "tests/drift/test_kernel_reattune.py",
                 "drift/kernel")
 

@@ -24,8 +24,8 @@ from drift.kernel import UserColumns
 from drift.kernel.layout import I_TROW
 from drift.model import DriftConfig, FhrEvent, Mode
 from drift.state import UserState
+from tests.drift.kernel_paths import CONFIGS, Run, assert_same, kernel, reference, users_log
 from tests.drift.test_fold_properties import Plan, plans
-from tests.drift.test_kernel import CONFIGS, Run, _users_log, assert_same, kernel, reference
 from tests.streams.golden import golden_events
 
 EXAMPLES = int(os.environ.get("KERNEL_EXAMPLES", "25"))
@@ -131,7 +131,7 @@ def test_a_stripped_slot_keeps_neither_the_ring_nor_the_turn_log_and_folds_on_ex
 @drawn
 def test_any_log_folds_on_exactly_from_stripped_slots(
         sessions: list[list[Plan]], seed: int, batch: int, config: DriftConfig) -> None:
-    events = _users_log(sessions, 4, 0, seed)
+    events = users_log(sessions, 4, 0, seed)
     assert_same(reference(events, config), _stripping(events, config, batch),
                 f"seed={seed} batch={batch}")
 
@@ -153,7 +153,7 @@ def test_the_golden_log_is_checked_for_a_tick_only_where_a_sweep_acts() -> None:
 @drawn
 def test_any_log_is_checked_for_a_tick_wherever_a_sweep_acts(
         sessions: list[list[Plan]], seed: int, batch: int, config: DriftConfig) -> None:
-    events = _users_log(sessions, 0, 0, seed)
+    events = users_log(sessions, 0, 0, seed)
     cols = _held(events, config, batch)
     for user_id in {e.user_id for e in events} & set(cols.states):
         for ts in _times(cols, user_id, config):
