@@ -70,7 +70,7 @@ MIGRATIONS: list[list[str]] = [
         )""",
     ],
     [
-        # Erasure records follow their partition to a new owner (streams.changelog).
+        # Erasure records follow their partition to a new owner (streams.kafka.changelog).
         "ALTER TABLE erasure_requests ADD COLUMN partition INTEGER DEFAULT -1",
     ],
     [

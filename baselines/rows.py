@@ -1,7 +1,7 @@
 """Rows of the store as Arrow tables: one checkpoint's writes, or a partition's snapshot.
 
 The worker writes the same :class:`Rows` to DuckDB and, encoded, to the changelog
-(``streams.changelog``); a new owner of a partition decodes them and applies them
+(``streams.kafka.changelog``); a new owner of a partition decodes them and applies them
 to its own DuckDB. The encoding is a msgpack map of Arrow IPC streams, one per
 table, tagged with the schema version that wrote it.
 """

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 
 class BatchFault(enum.Enum):
-    """Why a whole record batch could not be read (``streams.batches``): its dead letter's
+    """Why a whole record batch could not be read (``streams.kafka.batches``): its dead letter's
     reason code."""
 
     CRC_MISMATCH = "batch_crc_mismatch"

@@ -5,7 +5,7 @@ its messages and await their acks, and every ``checkpoint_interval_s`` commit th
 engine's checkpoint to DuckDB in one transaction, then the consumer group's offsets.
 The stored offsets are the truth; the group commit only follows them. A
 checkpoint is also taken when partitions are revoked, after an erasure (then the
-database file is rewritten), and on shutdown (:mod:`streams.checkpoints`). Any failure
+database file is rewritten), and on shutdown (:mod:`streams.kafka.checkpoints`). Any failure
 while processing, publishing or checkpointing ends the process at once (exit 70), before
 anything is checkpointed: a restart replays from the last checkpoint and re-publishes
 the same ids.
@@ -34,16 +34,16 @@ from baselines.store import BaselineStore, Retention
 from drift.model import Tick
 from drift.outputs import ErasureReceipt, SessionSummary
 from streams import topics
-from streams.batches import FETCH_BYTES, fetch_raw, read_batches
-from streams.broker_watch import BROKER_FAULTS, BrokerWatch
-from streams.changelog import Changelog
-from streams.checkpoints import Checkpoints, exit_for_replay
 from streams.engine import Engine
 from streams.http import make_app
+from streams.kafka.batches import FETCH_BYTES, fetch_raw, read_batches
+from streams.kafka.broker_watch import BROKER_FAULTS, BrokerWatch
+from streams.kafka.changelog import Changelog
+from streams.kafka.checkpoints import Checkpoints, exit_for_replay
+from streams.kafka.owners import Owners, partition_of
+from streams.kafka.producers import AiokafkaSends, LibrdkafkaSends, Sends
+from streams.kafka.publish import Publisher
 from streams.metrics import Metrics, build_metrics
-from streams.owners import Owners, partition_of
-from streams.producers import AiokafkaSends, LibrdkafkaSends, Sends
-from streams.publish import Publisher
 from streams.records import InputRecord
 from streams.settings import Settings
 from streams.tick import TICK_KEY, encode_tick

@@ -137,7 +137,7 @@ class Broker:
         again if a worker rolled a generation meanwhile (topics came or went)."""
         from kafka.admin import KafkaAdminClient
 
-        from streams.changelog import decode_entry
+        from streams.kafka.changelog import decode_entry
 
         def names() -> list[str]:
             admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)

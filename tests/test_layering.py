@@ -18,9 +18,10 @@ STDLIB_IO = {"socket", "subprocess", "urllib", "http", "asyncio", "requests", "s
 #: The modules a worker runs: none of them may load the report's or the demo's code (only the
 #: CLI, which starts either, imports them), nor the oracle the tests and benchmarks hold the
 #: worker against.
-WORKER_MODULES = ("worker", "engine", "records", "meter", "publish", "broker_watch",
-                  "changelog", "codec", "fhr_schema", "rejection", "tick", "wire", "formats", "owners", "http", "metrics",
-                  "supervise", "settings", "topics", "broker")
+WORKER_MODULES = ("worker", "engine", "records", "meter", "kafka.publish", "kafka.broker_watch",
+                  "kafka.changelog", "kafka.checkpoints", "kafka.producers", "kafka.owners",
+                  "kafka.batches", "codec", "fhr_schema", "rejection", "tick", "wire", "formats",
+                  "http", "metrics", "supervise", "settings", "topics", "broker")
 FRONTS = ("streams.report", "streams.demo", "streams.oracle")
 #: What the kernel may import beyond drift/'s own: numba and its code generator (llvmlite
 #: comes with it; the kernel names SciPy's C functions to it by symbol).
@@ -123,7 +124,7 @@ def _module_path(name: str) -> Path | None:
 def test_the_worker_never_loads_the_report_the_demo_or_the_oracle() -> None:
     """Followed through every module of the tree a worker module imports, at any depth."""
     for name in WORKER_MODULES:
-        start = ROOT / "streams" / f"{name}.py"
+        start = ROOT / "streams" / f"{name.replace('.', '/')}.py"
         seen, todo = {start}, [(start, (f"streams.{name}",))]
         while todo:
             path, chain = todo.pop()

@@ -206,7 +206,7 @@ def _as_a_client(call: Callable[[], tuple[int, object]], what: str) -> tuple[int
 
 
 def test_any_worker_answers_the_review_api_for_any_user(broker, start_worker):
-    from streams.owners import partition_of
+    from streams.kafka.owners import partition_of
     from tests.builders import UserScript
     from tests.conftest import TOKEN
 

@@ -7,7 +7,7 @@ import struct
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 
-from streams.batches import read_batches
+from streams.kafka.batches import read_batches
 from streams.rejection import BatchFault
 
 GZIP = 1

@@ -7,7 +7,7 @@ import msgspec
 import pyarrow as pa
 
 from baselines.rows import Rows
-from streams.changelog import CHUNK_BYTES, Entry, Kind, _chunks, _Reader, decode_entry
+from streams.kafka.changelog import CHUNK_BYTES, Entry, Kind, _chunks, _Reader, decode_entry
 
 
 def _rows(*users: str) -> Rows:

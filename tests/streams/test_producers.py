@@ -10,8 +10,8 @@ from aiokafka import AIOKafkaProducer
 from kafka import KafkaConsumer, TopicPartition
 
 from streams import topics
-from streams.broker_watch import BROKER_FAULTS
-from streams.producers import DeliveryFailed, LibrdkafkaSends, log
+from streams.kafka.broker_watch import BROKER_FAULTS
+from streams.kafka.producers import DeliveryFailed, LibrdkafkaSends, log
 
 
 def _read(bootstrap: str, topic: str, partitions: int) -> dict[bytes, int]:

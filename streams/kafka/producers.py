@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from streams.broker_watch import BROKER_FAULTS
+from streams.kafka.broker_watch import BROKER_FAULTS
 
 log = logging.getLogger("continuity_drift.producer")
 

@@ -2,7 +2,7 @@
 their acknowledgements awaited by the checkpoint that covers the batch (docs/design.md,
 "Processing guarantees"). What the broker refused is sent again, the same messages with the
 same ids, until it has taken everything. The producer is either client
-(:mod:`streams.producers`)."""
+(:mod:`streams.kafka.producers`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from streams import topics
-from streams.broker_watch import BROKER_FAULTS, BrokerWatch
+from streams.kafka.broker_watch import BROKER_FAULTS, BrokerWatch
+from streams.kafka.producers import Sends
 from streams.metrics import Metrics, observe_many
-from streams.producers import Sends
 from streams.records import OutMessage, PendingBatch
 
 #: Batches handed to the producer: their messages and the gathered acks, in order.

@@ -45,8 +45,8 @@ from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
 from baselines.rows import Rows
 from baselines.store import BaselineStore
+from streams.kafka.producers import Sends
 from streams.metrics import Metrics
-from streams.producers import Sends
 
 log = logging.getLogger("continuity_drift.changelog")
 
