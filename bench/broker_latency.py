@@ -47,7 +47,7 @@ from streams.settings import Settings
 CONSUMER_SCRIPT = """
 import asyncio, json, sys, time
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from streams.codec import decode_event
+from streams.edge.codec import decode_event
 
 bootstrap, n, out, ready, fetch_wait_ms, batch_max, within_ms, timeout_s = (
     sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]),

@@ -18,7 +18,7 @@ from bench.rates import Rate
 from drift.model import DriftConfig, Mode, Turn
 from drift.replay import MemoryReplay
 from drift.simulation import Scenario, SimParams, TruthRow, simulate_user
-from streams.wire import payload
+from streams.edge.wire import payload
 
 START_TS = 1.7e9
 

@@ -6,7 +6,7 @@ the engine's instructions for an A/B; this splits the engine's cost by concern, 
 limits the worker can be read as a table instead of a flame graph:
 
 - decode (``Engine.decode``: msgspec, validation, domain values), and the domain events
-  alone (``streams.codec.to_domain``);
+  alone (``streams.edge.codec.to_domain``);
 - the fold (``drift.kernel.fold_batch``): the batch's event columns, the compiled kernel
   (``apply_turns``), the turns it took that reach a checkpoint (scored by its caller on
   the slot's state object: their checkpoint, and at the re-attunement turn its
@@ -62,7 +62,7 @@ CHECKPOINT = "checkpoint write"
 PARTS = (
     ("engine (Engine.process)", "streams.engine", "Engine.process", None),
     ("decode", "streams.engine", "Engine.decode", "engine (Engine.process)"),
-    ("the domain events (to_domain)", "streams.codec", "to_domain", "decode"),
+    ("the domain events (to_domain)", "streams.edge.codec", "to_domain", "decode"),
     ("fold (fold_batch)", "streams.engine", "fold_batch", "engine (Engine.process)"),
     ("event columns (EventColumns.of)", "drift.kernel.events", "EventColumns.of",
      "fold (fold_batch)"),

@@ -68,7 +68,7 @@ def build_stream(total: int, users: int, seed: int, start: float | None = None) 
     stream is cut by event time so that every user has had the same number of days.
     """
     from drift.simulation import Scenario, SimParams, simulate
-    from streams.codec import encode_event
+    from streams.edge.codec import encode_event
 
     started = time.monotonic()
     per_scenario = max(1, round(users / len(Scenario)))

@@ -69,7 +69,10 @@ def through_fold(stream: Sequence[tuple[bytes, bytes]], records: int, fold: str)
     from drift.fold import initial, step
     from drift.kernel import UserColumns, fold_batch
     from drift.model import DriftConfig, FhrEvent
-    from streams.codec import decode_event
+    try:
+        from streams.edge.codec import decode_event
+    except ImportError:  # a tree from before streams/edge/ (b4e1618 and older)
+        from streams.codec import decode_event  # type: ignore[no-redef]
 
     events = [e for e in (decode_event(k, v) for k, v in stream) if isinstance(e, FhrEvent)]
     events = events[:records]

@@ -2,7 +2,7 @@
 
 Builds a simulated stream (``drift.simulation``: every scenario, users shifted in time so
 that the stream interleaves many users at different turns), encodes and decodes it as the
-worker does (``streams.codec``), checks that both paths give the same effects and states,
+worker does (``streams.edge.codec``), checks that both paths give the same effects and states,
 then reports wall time per record of:
 
 - the reference: a loop of ``drift.fold.step`` per event, states and baselines in dicts
@@ -55,7 +55,7 @@ from drift.model import DriftConfig, FhrEvent, Turn
 from drift.outputs import Effects
 from drift.simulation import Scenario, SimParams, simulate
 from drift.state import UserState
-from streams.codec import decode_event, encode_event
+from streams.edge.codec import decode_event, encode_event
 
 _COMPILE_PROBE = """
 import json, time

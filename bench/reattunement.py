@@ -61,7 +61,7 @@ from drift.model import DriftConfig, Mode
 from drift.outputs import Output, OutputKind
 from drift.replay import MemoryReplay
 from drift.simulation import Scenario, SimParams, simulate_user
-from streams.wire import payload
+from streams.edge.wire import payload
 
 START_TS = 1.7e9
 DEFAULT_SEED = 20261130

@@ -4,7 +4,7 @@
    starting at a random time in the first days of a week, until ``--events`` FHR events;
    each user's events go through the real per-user fold (``drift.replay.replay``, what a
    worker computes) and its outputs are encoded as a worker publishes them
-   (``streams.wire.encode``). The fold makes no erasure receipts (the store does) and no
+   (``streams.edge.wire.encode``). The fold makes no erasure receipts (the store does) and no
    dead letters (the decoder does), so ``--receipts`` of the users get an erasure receipt
    and ``--dead-letters`` of the events a dead letter, both in the same week;
 2. produce: every output onto its topic of a fresh embedded broker (Tansu, memory storage,
@@ -52,9 +52,9 @@ from drift.replay import replay
 from drift.simulation import Scenario, SimParams, simulate_user
 from streams import topics
 from streams.broker import EmbeddedBroker
-from streams.rejection import REJECTION_REASONS
+from streams.edge.rejection import REJECTION_REASONS
+from streams.edge.wire import DeadLetter, encode
 from streams.report.build import ReportRequest, build
-from streams.wire import DeadLetter, encode
 
 DEFAULT_EVENTS = 1_000_000
 QUICK_EVENTS = 100_000

@@ -35,7 +35,7 @@ def build_records(users_per_partition: int, partitions: int, test_sessions: int,
     ``bench/throughput.py``, so that many users are mid-session at any point.
     """
     from drift.simulation import Scenario, SimParams, simulate
-    from streams.codec import encode_event
+    from streams.edge.codec import encode_event
 
     started = time.monotonic()
     per_scenario = max(1, round(users_per_partition * partitions / len(Scenario)))

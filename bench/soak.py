@@ -6,7 +6,7 @@ On one embedded broker (Tansu, memory storage, loopback only):
    time (``bench.harness.build_stream``), and compute in process, with the pure replay
    (``drift.replay.MemoryReplay`` on the same records decoded as the worker decodes them),
    every output the service must publish: its id, topic, cause and exact bytes
-   (``streams.wire.encode``);
+   (``streams.edge.wire.encode``);
 2. start ``continuity-drift run --workers N`` (a supervisor and N workers of one group, each
    restarted by the supervisor when it dies) and a reader of every output topic and the
    dead-letter topic from the beginning;

@@ -52,8 +52,8 @@ def compute_expected(records: Sequence[tuple[bytes, bytes, str]], partitions: in
     """Every output of the pure replay of ``records``, decoded as the worker decodes them."""
     from drift.model import DriftConfig, FhrEvent
     from drift.replay import MemoryReplay
-    from streams.codec import decode_event
-    from streams.wire import encode
+    from streams.edge.codec import decode_event
+    from streams.edge.wire import encode
 
     started = time.monotonic()
     replay = MemoryReplay(DriftConfig())

@@ -1,6 +1,6 @@
 """Domain values: FHR events as the core sees them, enums and the configuration.
 
-The wire format is decoded and validated at the edge (``streams.codec``); the core
+The wire format is decoded and validated at the edge (``streams.edge.codec``); the core
 only ever sees these frozen values.
 """
 

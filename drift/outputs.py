@@ -1,6 +1,6 @@
 """What the core hands the shell: typed, frozen results with deterministic ids.
 
-Every output names its topic through :class:`OutputKind`; ``streams.wire`` turns
+Every output names its topic through :class:`OutputKind`; ``streams.edge.wire`` turns
 each into the JSON of SPEC section 7. Closed sets are enums, so metric labels and
 wire values come from one place.
 """

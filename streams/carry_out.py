@@ -16,11 +16,11 @@ from drift.erasure import receipt
 from drift.fold import Step
 from drift.outputs import ErasureCommand, ErasureReceipt, Output
 from streams import topics
+from streams.edge.rejection import Rejection
+from streams.edge.wire import encode
 from streams.memory import Memory
 from streams.meter import Meter
 from streams.records import InputRecord, OutMessage, PendingBatch, dead_letter
-from streams.rejection import Rejection
-from streams.wire import encode
 
 
 class CarryOut:

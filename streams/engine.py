@@ -42,14 +42,14 @@ from drift.outputs import NO_EFFECTS, ErasureReceipt, SessionSummary, dead_lette
 from drift.state import UserState
 from streams import topics
 from streams.carry_out import CarryOut
-from streams.codec import decode_record
+from streams.edge.codec import decode_record
+from streams.edge.rejection import Rejection
+from streams.edge.wire import DeadLetter, encode
 from streams.memory import Memory
 from streams.meter import Meter
 from streams.metrics import Metrics
 from streams.rebuild import Rebuild
 from streams.records import InputRecord, OutMessage, PendingBatch
-from streams.rejection import Rejection
-from streams.wire import DeadLetter, encode
 
 log = logging.getLogger("continuity_drift.engine")
 

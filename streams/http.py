@@ -12,8 +12,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from baselines.store import BaselineStore
 from drift.baseline import derive_id
 from drift.outputs import ErasureReceipt, SessionSummary
+from streams.edge.wire import payload
 from streams.present import baselines_view, history_view, session_view, users_view
-from streams.wire import payload
 
 NOT_FOUND = {"error": "not_found",
              "detail": "no such user or session, or not visible with this token"}

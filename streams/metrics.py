@@ -24,8 +24,8 @@ from drift.outputs import (
     ReattuneOutcome,
     Rule,
 )
-from streams.fhr_schema import BlockReason, MemoryClass
-from streams.rejection import REJECTION_REASONS, BatchFault
+from streams.edge.fhr_schema import BlockReason, MemoryClass
+from streams.edge.rejection import REJECTION_REASONS, BatchFault
 from streams.topics import OUTPUT_TOPICS
 
 SCORE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)

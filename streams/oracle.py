@@ -18,10 +18,10 @@ from drift.baseline import derive_id
 from drift.model import DriftConfig, Tick
 from drift.replay import MemoryReplay
 from streams import topics
-from streams.codec import decode_record
+from streams.edge.codec import decode_record
+from streams.edge.rejection import Rejection
+from streams.edge.wire import encode
 from streams.records import dead_letter
-from streams.rejection import Rejection
-from streams.wire import encode
 
 #: One record of ``fhr.events`` as read back: partition, offset, key, value.
 LogRecord = tuple[int, int, "bytes | None", "bytes | None"]

@@ -9,7 +9,7 @@ from typing import Any
 
 from drift.baseline import AttunementBaseline, Baseline, SemanticBaseline, UserBaselines
 from drift.outputs import SessionSummary
-from streams.wire import iso, model_dict
+from streams.edge.wire import iso, model_dict
 
 
 def describe_baseline(b: Baseline, values: bool = True) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from drift.fold import Step, step, sweep
 from drift.kernel.attunement import score_attunement
 from drift.model import DriftConfig, FhrEvent, Tick
 from drift.state import UserState
+from streams.edge.rejection import Rejection
 from streams.memory import Memory
 from streams.records import InputRecord, PendingBatch
-from streams.rejection import Rejection
 
 log = logging.getLogger("continuity_drift.engine")
 

@@ -9,8 +9,8 @@ from typing import Protocol
 from drift.evolve import fast_init
 from drift.outputs import dead_letter_id
 from streams import topics
-from streams.rejection import Rejection
-from streams.wire import DeadLetter
+from streams.edge.rejection import Rejection
+from streams.edge.wire import DeadLetter
 
 
 class InputRecord(Protocol):

@@ -15,7 +15,7 @@ from kafka.errors import KafkaTimeoutError
 from drift.model import FhrEvent, Mode
 from drift.simulation import Scenario, SimParams, TruthRow, simulate
 from streams import topics
-from streams.codec import encode_event
+from streams.edge.codec import encode_event
 
 
 def kafka_producer(bootstrap: str) -> KafkaProducer:

@@ -34,6 +34,7 @@ from baselines.store import BaselineStore, Retention
 from drift.model import Tick
 from drift.outputs import ErasureReceipt, SessionSummary
 from streams import topics
+from streams.edge.tick import TICK_KEY, encode_tick
 from streams.engine import Engine
 from streams.http import make_app
 from streams.kafka.batches import FETCH_BYTES, fetch_raw, read_batches
@@ -46,7 +47,6 @@ from streams.kafka.publish import Publisher
 from streams.metrics import Metrics, build_metrics
 from streams.records import InputRecord
 from streams.settings import Settings
-from streams.tick import TICK_KEY, encode_tick
 
 log = logging.getLogger("continuity_drift.worker")
 

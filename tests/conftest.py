@@ -22,7 +22,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from drift.model import FhrEvent
 from streams import topics
 from streams.broker import EmbeddedBroker, free_loopback_port
-from streams.codec import encode_event
+from streams.edge.codec import encode_event
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "test-review-token"

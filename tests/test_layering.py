@@ -20,8 +20,9 @@ STDLIB_IO = {"socket", "subprocess", "urllib", "http", "asyncio", "requests", "s
 #: worker against.
 WORKER_MODULES = ("worker", "engine", "records", "meter", "kafka.publish", "kafka.broker_watch",
                   "kafka.changelog", "kafka.checkpoints", "kafka.producers", "kafka.owners",
-                  "kafka.batches", "codec", "fhr_schema", "rejection", "tick", "wire", "formats",
-                  "http", "metrics", "supervise", "settings", "topics", "broker")
+                  "kafka.batches", "edge.codec", "edge.fhr_schema", "edge.rejection", "edge.tick",
+                  "edge.wire", "edge.formats", "http", "metrics", "supervise", "settings", "topics",
+                  "broker")
 FRONTS = ("streams.report", "streams.demo", "streams.oracle")
 #: What the kernel may import beyond drift/'s own: numba and its code generator (llvmlite
 #: comes with it; the kernel names SciPy's C functions to it by symbol).

@@ -31,7 +31,7 @@ from streams.demo.tally import (
     differences,
     why_different,
 )
-from streams.wire import iso
+from streams.edge.wire import iso
 
 WIDTH = 99
 """The widest line the demo prints: it fits in 100 columns."""

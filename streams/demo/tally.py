@@ -1,7 +1,7 @@
 """What the demo's worker published, read back from the output topics and counted the way
 the worker's ``/metrics`` counts it, with the notable events and what drove them.
 
-Each output topic's JSON (``streams.wire``) is decoded into the governance report's frozen
+Each output topic's JSON (``streams.edge.wire``) is decoded into the governance report's frozen
 message structs (``streams.report.messages``), so the two readers of the outputs read them alike. :data:`COUNTERS` names, for every count the screen
 shows, the worker counter it must equal once the worker has published what it counted;
 :func:`differences` says where the two disagree.

@@ -38,7 +38,7 @@ from drift.model import (
 )
 from drift.simulation import MODEL_A, MODEL_B, Scenario, SimParams, TruthRow
 from streams import topics
-from streams.codec import encode_event
+from streams.edge.codec import encode_event
 from streams.simulate import kafka_producer, merged_events
 
 MODEL_SCENARIOS = frozenset({Scenario.MODEL_CHANGE_HEALTHY, Scenario.MODEL_CHANGE_COLLAPSED,
@@ -173,7 +173,7 @@ def _governance_erasures(events: list[FhrEvent]) -> list[FhrEvent]:
 def malformed(k: int) -> list[tuple[bytes, bytes]]:
     """Records a producer gets wrong: not JSON, a turn numbered 0, a key that is not the user.
 
-    >>> from streams.codec import decode_event
+    >>> from streams.edge.codec import decode_event
     >>> [decode_event(key, value).reason for key, value in malformed(3)]
     ['invalid_json', 'out_of_range', 'key_mismatch']
     """

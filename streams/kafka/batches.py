@@ -32,8 +32,8 @@ from aiokafka.errors import (
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.memory_records import MemoryRecords
 
+from streams.edge.rejection import BatchFault
 from streams.records import Record
-from streams.rejection import BatchFault
 
 #: The most a fetch of one partition returns, the consumer's and :func:`fetch_raw`'s alike,
 #: so that a fetch by hand sees the batches the consumer's fetch held.

@@ -29,7 +29,7 @@ SCHEMA = "continuity-report/1"
 STDOUT = Path("-")
 
 
-# Optional fields alike in form to streams.formats' structs; these are the report's options.
+# Optional fields alike in form to streams.edge.formats' structs; these are the report's options.
 @dataclass(frozen=True, slots=True)
 class ReportRequest:
     """What to build: the overview, or with ``user`` one user's drill-down."""

@@ -1,9 +1,9 @@
 """The output topics as the governance report reads them: typed messages, decoded once.
 
-Each topic's JSON (``streams.wire``) is decoded into a frozen ``msgspec.Struct``
+Each topic's JSON (``streams.edge.wire``) is decoded into a frozen ``msgspec.Struct``
 that keeps only the fields the report and the demo's tally use; unknown fields are ignored,
 so a newer worker's extra fields do not stop an older report. These are the reader's side of
-the contract whose writer's side is ``streams.formats``: the two list some of the same
+the contract whose writer's side is ``streams.edge.formats``: the two list some of the same
 fields, alike in form, and stay two, since the writer's structs hold every field of every
 kind in the order it is encoded and the reader's one kind each, with defaults. :func:`decode_values`
 decodes a whole fetched batch in one call; :func:`keep_first` drops the
@@ -14,7 +14,7 @@ duplicates by ``id``).
 >>> from drift.model import DriftConfig
 >>> from drift.replay import replay
 >>> from drift.simulation import Scenario, simulate_user
->>> from streams.wire import encode
+>>> from streams.edge.wire import encode
 >>> events, _ = simulate_user(np.random.default_rng(5), Scenario.SAFETY_MISMATCH, "u", 1.7e9)
 >>> scores = [encode(o) for o in replay(events, DriftConfig()) if o.kind.value == "score"]
 >>> decoded, bad = decode_values(SCORES, scores + scores[:1] + [b"{oops"])
@@ -35,7 +35,7 @@ import msgspec
 
 from drift.outputs import Output
 from streams import topics
-from streams.wire import encode
+from streams.edge.wire import encode
 
 SCORES, RESPONSES, ESCALATIONS = topics.SCORES, topics.RESPONSES, topics.ESCALATIONS
 VIOLATIONS, RECEIPTS, DEADLETTER = topics.VIOLATIONS, topics.RECEIPTS, topics.DEADLETTER
@@ -45,7 +45,7 @@ REPORT_TOPICS = (SCORES, RESPONSES, ESCALATIONS, VIOLATIONS, RECEIPTS, DEADLETTE
 
 
 class _Msg(msgspec.Struct, frozen=True, kw_only=True):
-    """What every output carries: its id, the user, and the event time (``streams.wire.iso``)."""
+    """What every output carries: its id, the user, and the event time (``streams.edge.wire.iso``)."""
 
     id: str
     user_id: str
@@ -266,7 +266,7 @@ class Outputs:
     read: dict[str, TopicRead] = field(default_factory=dict)
 
     def latest_event_ts(self) -> str | None:
-        """The latest event time of any output (``streams.wire.iso`` text), None if empty."""
+        """The latest event time of any output (``streams.edge.wire.iso`` text), None if empty."""
         groups = (self.scores, self.reattunes, self.responses, self.escalations,
                   self.violations, self.receipts, self.dead_letters)
         return max((m.event_ts for g in groups for m in g), default="") or None

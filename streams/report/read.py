@@ -27,6 +27,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from streams import topics
+from streams.edge.wire import iso
 from streams.report.messages import (
     DEADLETTER,
     REPORT_TOPICS,
@@ -36,7 +37,6 @@ from streams.report.messages import (
     decode_values,
     gather,
 )
-from streams.wire import iso
 
 #: A partition that yields nothing for this long before its end is an error, not a wait.
 STALL_S = 30.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
-from streams.wire import iso
+from streams.edge.wire import iso
 
 DEFAULT_DAYS = 7
 
@@ -79,7 +79,7 @@ class Window:
         return Window(since_s, until_s)
 
     def contains(self, ts: str) -> bool:
-        """Whether ``ts`` (``streams.wire.iso`` text, which sorts as time does) is in range."""
+        """Whether ``ts`` (``streams.edge.wire.iso`` text, which sorts as time does) is in range."""
         return self.since <= ts < self.until
 
     def days(self) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ from drift.model import (
 from drift.outputs import Output, OutputKind
 from drift.replay import MemoryReplay
 from drift.state import UserState
-from streams.wire import payload
+from streams.edge.wire import payload
 
 MODEL_A = ModelTriple("companion-2026.10", "tok-5", "bf16")
 MODEL_B = ModelTriple("companion-2026.11", "tok-6", "fp8")

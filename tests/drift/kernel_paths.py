@@ -3,7 +3,7 @@
 A loop of :func:`drift.fold.step` per event (the reference) and
 :func:`drift.kernel.fold_batch` over batches (the kernel, with the rare events handed to the
 reference). :func:`assert_same` compares outputs as the bytes the worker publishes
-(``streams.wire.encode``) and as values, final states as values and as their encoded
+(``streams.edge.wire.encode``) and as values, final states as values and as their encoded
 snapshots (``baselines.snapshot.encode_state``), baselines as values. No tolerance anywhere.
 """
 
@@ -25,7 +25,7 @@ from drift.model import (
 )
 from drift.outputs import Effects
 from drift.state import UserState
-from streams.wire import encode
+from streams.edge.wire import encode
 from tests.drift.test_fold_properties import Plan, _events
 
 EXAMPLES = int(os.environ.get("KERNEL_EXAMPLES", "25"))

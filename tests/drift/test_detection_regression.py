@@ -17,7 +17,7 @@ from typing import Any
 from drift.model import DriftConfig, Mode
 from drift.replay import MemoryReplay
 from drift.simulation import Scenario, SimParams, simulate
-from streams.wire import payload
+from streams.edge.wire import payload
 
 RANK = {"low": 0, "medium": 1, "high": 2}
 START_TS = 1.7e9

@@ -12,7 +12,7 @@ from drift.model import BaselineKind, Mode
 from drift.outputs import Output, OutputKind
 from drift.replay import MemoryReplay, replay
 from drift.simulation import Scenario, simulate
-from streams.wire import payload
+from streams.edge.wire import payload
 from tests.drift.fold_log import CFG, MODEL_A, MODEL_B, Log, collapsed, relational_write, run, turn
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from drift.model import MemoryErase, Mode, ModelTriple, NoticeShown, Turn
 from drift.outputs import OutputKind
-from streams.wire import payload
+from streams.edge.wire import payload
 from tests.drift.fold_log import CFG, MODEL_A, MODEL_B, OFFERS, Log, collapsed, run, turn
 
 

@@ -3,7 +3,7 @@
 Every log here goes through two paths: a loop of :func:`drift.fold.step` per event
 (the reference) and :func:`drift.kernel.fold_batch` over batches (the kernel, with the
 rare events handed to the reference). Outputs are compared as the bytes the worker
-publishes (``streams.wire.encode``) and as values; final states as values and as
+publishes (``streams.edge.wire.encode``) and as values; final states as values and as
 their encoded snapshots (``baselines.snapshot.encode_state``), baselines as values.
 No tolerance anywhere: the kernel adds the same floats in the same order as
 ``TurnLog.add``, so the window sums are equal to the last bit.

@@ -17,7 +17,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from confluent_kafka import Consumer, Producer
 
 from streams import topics
-from streams.codec import encode_event
+from streams.edge.codec import encode_event
 from tests.builders import UserScript
 from tests.conftest import wait_until
 

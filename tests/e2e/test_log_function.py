@@ -19,7 +19,7 @@ from kafka import KafkaConsumer, TopicPartition
 from drift.model import DriftConfig, FhrEvent
 from drift.simulation import Scenario, SimParams, simulate
 from streams import topics
-from streams.codec import encode_event
+from streams.edge.codec import encode_event
 from streams.oracle import fold_log
 from tests.builders import memory_only_users
 from tests.conftest import events_processed, wait_until

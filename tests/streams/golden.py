@@ -27,11 +27,11 @@ from drift.model import (
     Tick,
 )
 from drift.simulation import Scenario, simulate
-from streams.codec import encode_event
+from streams.edge.codec import encode_event
+from streams.edge.tick import TICK_KEY, encode_tick
 from streams.engine import Engine
 from streams.metrics import build_metrics
 from streams.records import PendingBatch, Record
-from streams.tick import TICK_KEY, encode_tick
 from tests.builders import UserScript
 
 GOLDEN = Path(__file__).with_name("golden_outputs.jsonl")

@@ -7,8 +7,8 @@ import struct
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 
+from streams.edge.rejection import BatchFault
 from streams.kafka.batches import read_batches
-from streams.rejection import BatchFault
 
 GZIP = 1
 

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from drift.model import BaselineKind, BaselineReconfirmed, MemoryErase, Mode, ModeChanged
 from drift.simulation import Scenario, simulate
-from streams.codec import decode_event, encode_event
-from streams.fhr_schema import ID_PATTERN, is_id
-from streams.rejection import Rejection
+from streams.edge.codec import decode_event, encode_event
+from streams.edge.fhr_schema import ID_PATTERN, is_id
+from streams.edge.rejection import Rejection
 from tests.builders import UserScript
 from tests.conftest import examples
 

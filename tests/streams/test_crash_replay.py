@@ -21,11 +21,11 @@ from prometheus_client import CollectorRegistry
 
 from baselines.store import BaselineStore
 from drift.model import DriftConfig, Tick
-from streams.codec import decode_record, encode_event
+from streams.edge.codec import decode_record, encode_event
+from streams.edge.tick import TICK_KEY, encode_tick
 from streams.engine import Engine
 from streams.metrics import build_metrics
 from streams.records import Record
-from streams.tick import TICK_KEY, encode_tick
 from tests.builders import memory_only_users
 from tests.conftest import PROFILE
 from tests.streams.golden import PARTITIONS, START_S, FixedClock, golden_records, partition_of

@@ -29,12 +29,12 @@ from drift.outputs import Action, DriftScore, Response, Rule, Violation
 from drift.replay import MemoryReplay
 from streams import topics
 from streams.broker import free_loopback_port
-from streams.codec import decode_event
 from streams.demo.screen import View, legend, live_screen
 from streams.demo.tally import Scrape, Tally
 from streams.demo.traffic import Story
-from streams.rejection import Rejection
-from streams.wire import encode
+from streams.edge.codec import decode_event
+from streams.edge.rejection import Rejection
+from streams.edge.wire import encode
 from tests.conftest import REPO, fast_env
 
 #: Long enough for a summary with scores 8 s before the last, with 10 s to get there.

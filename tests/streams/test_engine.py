@@ -12,11 +12,11 @@ from prometheus_client import CollectorRegistry
 from baselines.store import BaselineStore
 from drift.model import DriftConfig, Tick
 from streams import topics
-from streams.codec import encode_event
+from streams.edge.codec import encode_event
+from streams.edge.tick import TICK_KEY, encode_tick
 from streams.engine import Engine
 from streams.metrics import build_metrics
 from streams.records import PendingBatch, Record
-from streams.tick import TICK_KEY, encode_tick
 from tests.builders import UserScript
 from tests.streams.golden import (
     PARTITIONS,

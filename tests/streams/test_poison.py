@@ -21,11 +21,11 @@ import drift.kernel.batch as kernel_batch
 from baselines.store import BaselineStore
 from drift.model import DriftConfig, FhrEvent
 from streams import topics
-from streams.codec import decode_event, encode_event
+from streams.edge.codec import decode_event, encode_event
+from streams.edge.rejection import REJECTION_REASONS, Rejection
 from streams.engine import Engine
 from streams.metrics import build_metrics
 from streams.records import Record
-from streams.rejection import REJECTION_REASONS, Rejection
 from tests.builders import UserScript
 from tests.conftest import examples
 

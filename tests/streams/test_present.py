@@ -19,8 +19,8 @@ from drift.baseline import (
 )
 from drift.features import WindowStats
 from drift.model import BaselineKind, DriftConfig, Mode, ModelTriple
+from streams.edge.wire import iso
 from streams.present import describe_baseline
-from streams.wire import iso
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ModelTriple("companion-2026.10", "tok-5", "bf16", "adapter-3")

@@ -29,6 +29,7 @@ from drift.outputs import (
 )
 from drift.replay import MemoryReplay, replay
 from drift.simulation import Scenario, simulate_user
+from streams.edge.wire import encode
 from streams.report.build import ReportRequest, build
 from streams.report.evidence import shown_individually
 from streams.report.messages import Outputs, outputs_from_values
@@ -36,7 +37,6 @@ from streams.report.overview import overview
 from streams.report.user import user_report
 from streams.report.window import Window, WindowError, parse_instant
 from streams.topics import OUTPUT_TOPICS
-from streams.wire import encode
 from tests.browser import PageNumbers, assert_numbers_are_the_twins
 from tests.builders import UserScript
 

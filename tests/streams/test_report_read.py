@@ -13,8 +13,8 @@ from drift.replay import replay
 from drift.simulation import Scenario, simulate_user
 from streams import topics
 from streams.broker import free_loopback_port
+from streams.edge.wire import DeadLetter, encode, iso
 from streams.report.read import read_outputs
-from streams.wire import DeadLetter, encode, iso
 from tests.conftest import Broker
 
 Published = list[tuple[str, bytes, bytes]]

@@ -1,7 +1,7 @@
 """The wire structs against a plain dict encoding: the same bytes for every output.
 
 ``dict_payload`` builds each message of SPEC section 7 as nested dicts, field by field,
-in the order the golden test holds: the obviously correct twin of ``streams.wire``'s
+in the order the golden test holds: the obviously correct twin of ``streams.edge.wire``'s
 structs. Both are encoded by msgspec and compared as bytes, on every output of the golden
 log and of simulated users of every scenario (with receipts of their erasures), on dead
 letters, and on outputs drawn by hypothesis (None and empty fields, any float). The event
@@ -42,7 +42,7 @@ from drift.outputs import (
 )
 from drift.replay import MemoryReplay
 from drift.simulation import Scenario, simulate
-from streams.wire import DeadLetter, dead_letter_message, encode, iso, payload
+from streams.edge.wire import DeadLetter, dead_letter_message, encode, iso, payload
 from tests.conftest import examples
 from tests.streams.golden import golden_events
 

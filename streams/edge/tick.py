@@ -7,9 +7,9 @@ from typing import Literal
 import msgspec
 
 from drift import model as m
-from streams.fhr_schema import Id, Ts, is_id
-from streams.rejection import Rejection
-from streams.wire import iso
+from streams.edge.fhr_schema import Id, Ts, is_id
+from streams.edge.rejection import Rejection
+from streams.edge.wire import iso
 
 #: The key of a tick record (:class:`drift.model.Tick`): no user id can be it, since user
 #: ids never hold a NUL byte.

@@ -2,7 +2,7 @@
 their keys in order.
 
 A struct's fields are encoded in the order they are declared, an inherited struct's first;
-a field left ``UNSET`` is left out and one that is None is ``null``. ``streams.wire``
+a field left ``UNSET`` is left out and one that is None is ``null``. ``streams.edge.wire``
 builds these from the core's outputs and encodes them; the key order is part of the
 format (a golden test holds the bytes).
 """

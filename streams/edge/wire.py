@@ -1,6 +1,6 @@
 """Output messages as JSON: the one place the core's typed results become bytes.
 
-Each output becomes the ``msgspec.Struct`` of its topic's message (:mod:`streams.formats`,
+Each output becomes the ``msgspec.Struct`` of its topic's message (:mod:`streams.edge.formats`,
 SPEC section 7's shapes) in :func:`message`, which msgspec encodes in one pass
 (:func:`encode`); :func:`payload` is the same message as a dict.
 """
@@ -33,7 +33,7 @@ from drift.outputs import (
     Response,
     Violation,
 )
-from streams.formats import (
+from streams.edge.formats import (
     Alphas,
     AnyMismatch,
     AttributionMessage,
@@ -128,7 +128,7 @@ def model_dict(model: ModelTriple) -> dict[str, Any]:
 
 
 def _envelope(out: Output) -> dict[str, Any]:
-    """The fields every output message starts with (:class:`streams.formats.Envelope`)."""
+    """The fields every output message starts with (:class:`streams.edge.formats.Envelope`)."""
     return {"id": out.id, "user_id": out.user_id,
             "session_id": UNSET if out.session_id is None else out.session_id,
             "event_ts": iso(out.ts_s)}

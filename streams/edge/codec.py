@@ -1,4 +1,4 @@
-"""The edge: FHR records (``streams.fhr_schema``) decoded once with msgspec.
+"""The edge: FHR records (``streams.edge.fhr_schema``) decoded once with msgspec.
 
 :func:`decode_event` turns a Kafka record into a :class:`drift.model.FhrEvent` or a
 :class:`Rejection` with a reason code and the names of the fields at fault, never
@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from drift import model as m
-from streams.fhr_schema import (
+from streams.edge.fhr_schema import (
     MAX_TEXT,
     BaselineReconfirmedEvent,
     MemoryEraseEvent,
@@ -29,9 +29,9 @@ from streams.fhr_schema import (
     WireModel,
     is_id,
 )
-from streams.rejection import Rejection
-from streams.tick import TICK_KEY, decode_tick
-from streams.wire import iso, model_dict
+from streams.edge.rejection import Rejection
+from streams.edge.tick import TICK_KEY, decode_tick
+from streams.edge.wire import iso, model_dict
 
 _decoder = msgspec.json.Decoder(WireEvent)
 _encoder = msgspec.json.Encoder()

@@ -1,6 +1,6 @@
 """The FHR wire format (``schemas/fhr-1.schema.json``) as msgspec Structs, one per event type.
 
-:mod:`streams.codec` decodes records into these once and turns them into
+:mod:`streams.edge.codec` decodes records into these once and turns them into
 :class:`drift.model.FhrEvent` values; nothing past the edge sees them.
 """
 
