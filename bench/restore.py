@@ -33,6 +33,7 @@ input), ``--quick`` (200 and 1000, variant at 200: about two minutes).
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import math
 import shlex
@@ -96,7 +97,7 @@ def _readyz(port: int) -> tuple[int, dict[str, Any]]:
             return resp.status, json.loads(resp.read() or b"{}")
     except urllib.error.HTTPError as exc:
         return exc.code, {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):
         return 0, {}
 
 

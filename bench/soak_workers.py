@@ -3,6 +3,7 @@ restarts, their ports and readiness, the kills, and what the supervisor's log sa
 
 from __future__ import annotations
 
+import http.client
 import itertools
 import json
 import math
@@ -85,7 +86,7 @@ def readyz(port: int) -> tuple[int, dict[str, Any]]:
             return exc.code, json.loads(exc.read() or b"{}")
         except ValueError:
             return exc.code, {}
-    except (urllib.error.URLError, OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):
         return 0, {}
 
 
@@ -109,7 +110,7 @@ def ready(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
             return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
+    except (OSError, http.client.HTTPException):
         return False
 
 

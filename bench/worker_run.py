@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import http.client
 import math
 import shutil
 import subprocess
@@ -235,7 +236,7 @@ class WorkerRun:
                         if not waiting:
                             return time.monotonic() - started
                         continue
-            except OSError:
+            except (OSError, http.client.HTTPException):  # not up yet
                 pass
             time.sleep(0.2)
         raise TimeoutError(f"worker {self.name} not ready within {timeout_s:.0f}s")

@@ -36,10 +36,14 @@ def wait_for_port(host: str, port: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return True
+            with socket.create_connection((host, port), timeout=0.5) as sock:
+                # Nothing listening on an ephemeral port: the kernel may connect the socket
+                # to itself (its own port picked as the source). That is not the broker.
+                if sock.getsockname() != sock.getpeername():
+                    return True
         except OSError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     return False
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -284,12 +285,18 @@ class WorkerProcess:
 
 
 def _call(req: urllib.request.Request) -> tuple[int, Any]:
+    """The status and JSON body of ``req``'s answer. What is not an HTTP answer raises an
+    ``OSError``: also a connection to a port nothing listens on yet that the kernel made to
+    itself (a port in the ephemeral range can be the client's own, and the client then reads
+    its own request back as the status line)."""
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as exc:
         body = exc.read()
         return exc.code, json.loads(body) if body else None
+    except http.client.HTTPException as exc:
+        raise ConnectionError(f"not an HTTP answer: {exc!r}") from exc
 
 
 #: The worker settings tests start workers with. Shorter than the defaults where a test would

@@ -9,6 +9,7 @@ shows, the worker counter it must equal once the worker has published what it co
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.request
 from collections import Counter, OrderedDict, deque
@@ -300,7 +301,7 @@ def scrape(url: str) -> Scrape | None:
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:
             return parse_metrics(resp.read().decode())
-    except (urllib.error.URLError, OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):  # not answering (yet)
         return None
 
 

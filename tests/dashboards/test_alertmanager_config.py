@@ -7,6 +7,7 @@ receivers removed so that nothing is ever sent.
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import shutil
@@ -207,7 +208,7 @@ def alertmanager_url(tmp_path: Path) -> Iterator[str]:
                 try:
                     with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
                         return bool(response.status == 200)
-                except (urllib.error.URLError, ConnectionError):
+                except (OSError, http.client.HTTPException):  # not up yet
                     return False
 
             wait_until(ready, 30, "alertmanager to be ready", interval_s=0.1,

@@ -10,6 +10,7 @@ rate may be 0 and a quantile NaN: the series must be there all the same.
 
 from __future__ import annotations
 
+import http.client
 import json
 import shutil
 import socket
@@ -109,7 +110,7 @@ def prometheus_url(worker_metrics_url: str, tmp_path_factory: pytest.TempPathFac
                 try:
                     with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
                         return bool(response.status == 200)
-                except (urllib.error.URLError, ConnectionError):
+                except (OSError, http.client.HTTPException):  # not up yet
                     return False
 
             poll("prometheus to be ready", ready, STARTUP_S, log_path)

@@ -9,6 +9,7 @@ scores, HOLDs and responses would differ from the replay's).
 
 from __future__ import annotations
 
+import http.client
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -147,7 +148,7 @@ def test_run_workers_n_shares_the_group_and_restarts_a_killed_worker(broker, tmp
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{base + i}/readyz", timeout=2) as r:
                 return dict(json.loads(r.read()), status=r.status)
-        except OSError:
+        except (OSError, http.client.HTTPException):  # not up yet
             return {}
 
     def divided() -> bool:
@@ -290,7 +291,7 @@ def test_readyz_is_503_while_a_partition_is_restored(broker, start_worker):
                     seen.append((r.status, json.loads(r.read())["restoring"]))
             except urllib.error.HTTPError as exc:
                 seen.append((exc.code, json.loads(exc.read())["restoring"]))
-            except OSError:
+            except (OSError, http.client.HTTPException):  # not up yet
                 pass
             done.wait(0.01)
 

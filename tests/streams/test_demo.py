@@ -5,6 +5,7 @@ story its traffic retells and its screen, without a broker."""
 
 from __future__ import annotations
 
+import http.client
 import io
 import json
 import re
@@ -90,7 +91,7 @@ def demo() -> Iterator[DemoRun]:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
                                             timeout=1) as resp:
                     pages[:] = [resp.read().decode()]
-            except OSError:
+            except (OSError, http.client.HTTPException):  # not up yet
                 pass
             done.wait(0.2)
 
