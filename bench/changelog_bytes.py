@@ -25,9 +25,9 @@ from prometheus_client import CollectorRegistry
 
 from baselines.store import BaselineStore
 from drift.model import DriftConfig
-from streams.engine import Engine
 from streams.metrics import build_metrics
-from streams.records import Record
+from streams.processing.engine import Engine
+from streams.processing.records import Record
 from tests.streams.golden import (
     PARTITIONS,
     START_S,

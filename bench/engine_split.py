@@ -60,10 +60,10 @@ CHECKPOINT = "checkpoint write"
 #: (label, module, function, parent label): a part, where it is called from, and the part
 #: it is inside of (the rows are printed in this order, indented under their parent).
 PARTS = (
-    ("engine (Engine.process)", "streams.engine", "Engine.process", None),
-    ("decode", "streams.engine", "Engine.decode", "engine (Engine.process)"),
+    ("engine (Engine.process)", "streams.processing.engine", "Engine.process", None),
+    ("decode", "streams.processing.engine", "Engine.decode", "engine (Engine.process)"),
     ("the domain events (to_domain)", "streams.edge.codec", "to_domain", "decode"),
-    ("fold (fold_batch)", "streams.engine", "fold_batch", "engine (Engine.process)"),
+    ("fold (fold_batch)", "streams.processing.engine", "fold_batch", "engine (Engine.process)"),
     ("event columns (EventColumns.of)", "drift.kernel.events", "EventColumns.of",
      "fold (fold_batch)"),
     ("kernel (apply_turns)", "drift.kernel.batch", "apply_turns", "fold (fold_batch)"),
@@ -101,7 +101,7 @@ PARTS = (
     ("scoring at checkpoints", "drift.fold", "checkpoint", None),
     ("attunement test", "drift.checkpoint", "attunement_test", "scoring at checkpoints"),
     ("attunement test", "drift.kernel.batch", "attunement_of_rows", "scoring at checkpoints"),
-    ("the staged states built (Memory.take)", "streams.memory", "Memory.take", CHECKPOINT),
+    ("the staged states built (Memory.take)", "streams.processing.memory", "Memory.take", CHECKPOINT),
     ("their rows (rows_of)", "baselines.store", "BaselineStore.rows_of", CHECKPOINT),
     ("the states' snapshots (state_table)", "baselines.store", "state_table",
      "their rows (rows_of)"),
@@ -218,7 +218,7 @@ def by_batch_size(records: Sequence[tuple[bytes, bytes, str]], partitions: int,
                  batch_sizes: Sequence[int], warmup: int) -> list[dict[str, Any]]:
     """The worker's own work without Kafka: ``Engine.process`` and ``commit_batch`` per record.
 
-    The records go through a real :class:`streams.engine.Engine` and a DuckDB file in a
+    The records go through a real :class:`streams.processing.engine.Engine` and a DuckDB file in a
     temporary directory, in batches as the agent would hand them over; the first
     ``warmup`` records are not timed.
     """
@@ -226,9 +226,9 @@ def by_batch_size(records: Sequence[tuple[bytes, bytes, str]], partitions: int,
 
     from baselines.store import BaselineStore
     from drift.model import DriftConfig
-    from streams.engine import Engine
     from streams.metrics import build_metrics
-    from streams.records import Record
+    from streams.processing.engine import Engine
+    from streams.processing.records import Record
 
     offsets = dict.fromkeys(range(partitions), 0)
     now = time.time()

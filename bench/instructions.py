@@ -11,7 +11,7 @@ The simulated stream (``--records`` records of ``--users`` users, every scenario
 once, by this tree, and handed to every run. For each tree (default: this one), two
 processes run under ``valgrind --tool=callgrind`` on it: one loads it and processes none of
 it, one loads it and processes every record through a real
-:class:`streams.engine.Engine` on a DuckDB file in a temporary directory, in batches of 500
+:class:`streams.processing.engine.Engine` on a DuckDB file in a temporary directory, in batches of 500
 with a checkpoint (``rows_of`` + ``apply_rows``) every 5,000 records, as the worker does. The
 difference divided by ``--records`` is the engine's instructions per record: decode, fold,
 metrics, output encoding, staging and the checkpoint; no Kafka client. The collector runs with
@@ -92,7 +92,7 @@ def through_fold(stream: Sequence[tuple[bytes, bytes]], records: int, fold: str)
 
 def through_engine(recs: Sequence[Any],
                    run_write: Callable[[Callable[[], None]], None] | None = None) -> float:
-    """Put ``recs`` through a real :class:`streams.engine.Engine` on a DuckDB file in a
+    """Put ``recs`` through a real :class:`streams.processing.engine.Engine` on a DuckDB file in a
     temporary directory, as the worker does: the collector's thresholds set, the loaded state
     frozen, batches of 500, a checkpoint write (``rows_of`` + ``apply_rows``) every 5,000
     records, handed to ``run_write`` if given (to time it). Returns the loop's seconds."""
@@ -104,8 +104,12 @@ def through_engine(recs: Sequence[Any],
     from baselines.store import BaselineStore
     from drift.model import DriftConfig
     from streams import worker
-    from streams.engine import Engine
     from streams.metrics import build_metrics
+
+    try:
+        from streams.processing.engine import Engine
+    except ImportError:  # a tree from before streams/processing/ (b4e1618 and older)
+        from streams.engine import Engine  # type: ignore[no-redef]
 
     thresholds = getattr(worker, "GC_THRESHOLDS", None)
     if thresholds:
@@ -140,9 +144,12 @@ def input_records(stream: Sequence[tuple[bytes, bytes]], partitions: int = 4) ->
     import zlib
 
     try:
-        from streams.records import Record
-    except ImportError:  # a tree from before streams.records (e93bebf): the engine's own
-        from streams.engine import Record  # type: ignore[attr-defined,no-redef]
+        from streams.processing.records import Record
+    except ImportError:  # a tree from before streams/processing/: records at the top, or
+        try:  # before that (e93bebf) the engine's own
+            from streams.records import Record  # type: ignore[no-redef]
+        except ImportError:
+            from streams.engine import Record  # type: ignore[attr-defined,no-redef]
 
     offsets = dict.fromkeys(range(partitions), 0)
     out = []
@@ -209,8 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--records and --users must be at least 1")
     trees = [t.resolve() for t in args.tree] or [ROOT]
     for tree in trees:
-        if not (tree / "streams" / "engine.py").is_file():
-            parser.error(f"--tree {tree}: not a checkout of this project (no streams/engine.py)")
+        if not any((tree / "streams" / f).is_file() for f in ("engine.py", "processing/engine.py")):
+            parser.error(f"--tree {tree}: not a checkout of this project (no streams' engine)")
     what = f"the fold ({args.fold})" if args.fold else "the engine"
     print(f"| tree | commit | instructions per record through {what} ({args.records:,} "
           f"records, {args.users:,} users) |")

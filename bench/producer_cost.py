@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from streams.records import OutMessage
+from streams.processing.records import OutMessage
 
 PARTITIONS = 4
 
@@ -59,8 +59,8 @@ def worker_messages(records: int, users: int, seed: int) -> tuple[list[list[OutM
     from bench.harness import build_stream
     from bench.instructions import input_records
     from drift.model import DriftConfig
-    from streams.engine import Engine
     from streams.metrics import build_metrics
+    from streams.processing.engine import Engine
 
     stream = build_stream(records, users, seed, start=1.8e9)
     recs = input_records([(key, value) for key, value, _ in stream.records], PARTITIONS)

@@ -111,9 +111,11 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
     from drift.model import DriftConfig
     from drift.replay import MemoryReplay
     from drift.simulation import Scenario, SimParams, simulate
-    from streams.memory import Memory  # with the columns, imported before anything is measured
-    from streams.meter import Meter
     from streams.metrics import build_metrics
+    from streams.processing.memory import (
+        Memory,  # with the columns, imported before anything is measured
+    )
+    from streams.processing.meter import Meter
 
     started = time.monotonic()
     config = DriftConfig()
@@ -157,7 +159,7 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
 
     def hold_columns(n: int, held: dict[str, Any]) -> object:
         """The users' states as the worker holds them: each decoded from its own snapshot
-        and loaded by the worker's own :class:`streams.memory.Memory` (as from its store,
+        and loaded by the worker's own :class:`streams.processing.memory.Memory` (as from its store,
         each with an offset its state is as of), which puts them into its columns
         (:class:`drift.kernel.UserColumns`) and strips them: the slot arrays, the index,
         the per-slot caches, the state objects without what the columns hold of them, and

@@ -21,7 +21,7 @@ from streams import topics
 from streams.edge.codec import decode_record
 from streams.edge.rejection import Rejection
 from streams.edge.wire import encode
-from streams.records import dead_letter
+from streams.processing.records import dead_letter
 
 #: One record of ``fhr.events`` as read back: partition, offset, key, value.
 LogRecord = tuple[int, int, "bytes | None", "bytes | None"]

@@ -1,6 +1,6 @@
 """One worker: an aiokafka batch consumer, the engine, checkpoints, a producer and HTTP.
 
-The loop: ``getmany`` a batch, process it (:class:`~streams.engine.Engine`), publish
+The loop: ``getmany`` a batch, process it (:class:`~streams.processing.engine.Engine`), publish
 its messages and await their acks, and every ``checkpoint_interval_s`` commit the
 engine's checkpoint to DuckDB in one transaction, then the consumer group's offsets.
 The stored offsets are the truth; the group commit only follows them. A
@@ -35,7 +35,6 @@ from drift.model import Tick
 from drift.outputs import ErasureReceipt, SessionSummary
 from streams import topics
 from streams.edge.tick import TICK_KEY, encode_tick
-from streams.engine import Engine
 from streams.http import make_app
 from streams.kafka.batches import FETCH_BYTES, fetch_raw, read_batches
 from streams.kafka.broker_watch import BROKER_FAULTS, BrokerWatch
@@ -45,7 +44,8 @@ from streams.kafka.owners import Owners, partition_of
 from streams.kafka.producers import AiokafkaSends, LibrdkafkaSends, Sends
 from streams.kafka.publish import Publisher
 from streams.metrics import Metrics, build_metrics
-from streams.records import InputRecord
+from streams.processing.engine import Engine
+from streams.processing.records import InputRecord
 from streams.settings import Settings
 
 log = logging.getLogger("continuity_drift.worker")

@@ -18,7 +18,9 @@ STDLIB_IO = {"socket", "subprocess", "urllib", "http", "asyncio", "requests", "s
 #: The modules a worker runs: none of them may load the report's or the demo's code (only the
 #: CLI, which starts either, imports them), nor the oracle the tests and benchmarks hold the
 #: worker against.
-WORKER_MODULES = ("worker", "engine", "records", "meter", "kafka.publish", "kafka.broker_watch",
+WORKER_MODULES = ("worker", "processing.engine", "processing.records", "processing.meter",
+                  "processing.memory", "processing.rebuild", "processing.carry_out",
+                  "kafka.publish", "kafka.broker_watch",
                   "kafka.changelog", "kafka.checkpoints", "kafka.producers", "kafka.owners",
                   "kafka.batches", "edge.codec", "edge.fhr_schema", "edge.rejection", "edge.tick",
                   "edge.wire", "edge.formats", "http", "metrics", "supervise", "settings", "topics",

@@ -33,7 +33,7 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.memory_records import MemoryRecords
 
 from streams.edge.rejection import BatchFault
-from streams.records import Record
+from streams.processing.records import Record
 
 #: The most a fetch of one partition returns, the consumer's and :func:`fetch_raw`'s alike,
 #: so that a fetch by hand sees the batches the consumer's fetch held.

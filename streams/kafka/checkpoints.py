@@ -22,12 +22,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from baselines.rows import Rows
 from baselines.store import BaselineStore, BatchWrite
 from streams import topics
-from streams.engine import Engine
 from streams.kafka.broker_watch import BROKER_FAULTS, BrokerWatch
 from streams.kafka.changelog import Changelog
 from streams.kafka.publish import Publisher, Sent
 from streams.metrics import Metrics
-from streams.records import PendingBatch
+from streams.processing.engine import Engine
+from streams.processing.records import PendingBatch
 
 log = logging.getLogger("continuity_drift.worker")
 

@@ -17,7 +17,7 @@ from streams import topics
 from streams.kafka.broker_watch import BROKER_FAULTS, BrokerWatch
 from streams.kafka.producers import Sends
 from streams.metrics import Metrics, observe_many
-from streams.records import OutMessage, PendingBatch
+from streams.processing.records import OutMessage, PendingBatch
 
 #: Batches handed to the producer: their messages and the gathered acks, in order.
 Sent = list[tuple[list[OutMessage], asyncio.Future[list[Any]]]]

@@ -29,9 +29,9 @@ from drift.model import (
 from drift.simulation import Scenario, simulate
 from streams.edge.codec import encode_event
 from streams.edge.tick import TICK_KEY, encode_tick
-from streams.engine import Engine
 from streams.metrics import build_metrics
-from streams.records import PendingBatch, Record
+from streams.processing.engine import Engine
+from streams.processing.records import PendingBatch, Record
 from tests.builders import UserScript
 
 GOLDEN = Path(__file__).with_name("golden_outputs.jsonl")

@@ -4,7 +4,7 @@ The worker's shell in miniature: batches of the golden log (duplicates, bad reco
 memory-only users of every kind, downgrades, erasures, tick records), a checkpoint every
 few batches and at once after an erasure, and crashes that drop everything since the last
 checkpoint. A restarted engine reads each partition again from
-:meth:`~streams.engine.Engine.fetch_from`. Every message published, deduplicated by id,
+:meth:`~streams.processing.engine.Engine.fetch_from`. Every message published, deduplicated by id,
 must be exactly what one run without crashes publishes: ids and bytes.
 """
 
@@ -23,9 +23,9 @@ from baselines.store import BaselineStore
 from drift.model import DriftConfig, Tick
 from streams.edge.codec import decode_record, encode_event
 from streams.edge.tick import TICK_KEY, encode_tick
-from streams.engine import Engine
 from streams.metrics import build_metrics
-from streams.records import Record
+from streams.processing.engine import Engine
+from streams.processing.records import Record
 from tests.builders import memory_only_users
 from tests.conftest import PROFILE
 from tests.streams.golden import PARTITIONS, START_S, FixedClock, golden_records, partition_of

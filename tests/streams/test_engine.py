@@ -14,9 +14,9 @@ from drift.model import DriftConfig, Tick
 from streams import topics
 from streams.edge.codec import encode_event
 from streams.edge.tick import TICK_KEY, encode_tick
-from streams.engine import Engine
 from streams.metrics import build_metrics
-from streams.records import PendingBatch, Record
+from streams.processing.engine import Engine
+from streams.processing.records import PendingBatch, Record
 from tests.builders import UserScript
 from tests.streams.golden import (
     PARTITIONS,

@@ -23,9 +23,9 @@ from drift.model import DriftConfig, FhrEvent
 from streams import topics
 from streams.edge.codec import decode_event, encode_event
 from streams.edge.rejection import REJECTION_REASONS, Rejection
-from streams.engine import Engine
 from streams.metrics import build_metrics
-from streams.records import Record
+from streams.processing.engine import Engine
+from streams.processing.records import Record
 from tests.builders import UserScript
 from tests.conftest import examples
 

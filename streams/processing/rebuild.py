@@ -17,8 +17,8 @@ from drift.kernel.attunement import score_attunement
 from drift.model import DriftConfig, FhrEvent, Tick
 from drift.state import UserState
 from streams.edge.rejection import Rejection
-from streams.memory import Memory
-from streams.records import InputRecord, PendingBatch
+from streams.processing.memory import Memory
+from streams.processing.records import InputRecord, PendingBatch
 
 log = logging.getLogger("continuity_drift.engine")
 

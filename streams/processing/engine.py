@@ -4,11 +4,11 @@ It knows nothing of Kafka clients: the shell (``streams.worker``) hands it batch
 of records and publishes what it returns. The engine decodes a batch, folds its
 events through the compiled kernel (:func:`drift.kernel.fold_batch`, which hands the
 rare events to the reference fold), carries out each outcome in log order
-(:class:`streams.carry_out.CarryOut`) and observes metrics from the typed results;
+(:class:`streams.processing.carry_out.CarryOut`) and observes metrics from the typed results;
 every decision is the core's.
 
 State lives in memory between checkpoints. A processed batch is a
-:class:`~streams.records.PendingBatch` (its messages); what it changed is staged in the engine's
+:class:`~streams.processing.records.PendingBatch` (its messages); what it changed is staged in the engine's
 checkpoint, a :class:`~baselines.store.BatchWrite` with the changed users' state,
 new baseline versions, session summaries and the next offset of every partition.
 The shell publishes each batch's messages and waits for the broker's acks; every
@@ -41,15 +41,15 @@ from drift.model import DriftConfig, FhrEvent, Tick
 from drift.outputs import NO_EFFECTS, ErasureReceipt, SessionSummary, dead_letter_id
 from drift.state import UserState
 from streams import topics
-from streams.carry_out import CarryOut
 from streams.edge.codec import decode_record
 from streams.edge.rejection import Rejection
 from streams.edge.wire import DeadLetter, encode
-from streams.memory import Memory
-from streams.meter import Meter
 from streams.metrics import Metrics
-from streams.rebuild import Rebuild
-from streams.records import InputRecord, OutMessage, PendingBatch
+from streams.processing.carry_out import CarryOut
+from streams.processing.memory import Memory
+from streams.processing.meter import Meter
+from streams.processing.rebuild import Rebuild
+from streams.processing.records import InputRecord, OutMessage, PendingBatch
 
 log = logging.getLogger("continuity_drift.engine")
 

@@ -34,7 +34,7 @@ from drift.kernel.views import NO_BASELINES
 from drift.model import DriftConfig
 from drift.state import UserState
 from streams import topics
-from streams.meter import Meter
+from streams.processing.meter import Meter
 
 
 class Memory:

@@ -39,7 +39,7 @@ _BODY_COUNTED = frozenset(EVENT_TYPES[b] for b in (MemoryWrite, MemoryWriteBlock
 
 
 class Meter:
-    """Counts and observations of one batch, for :class:`streams.engine.Engine`."""
+    """Counts and observations of one batch, for :class:`streams.processing.engine.Engine`."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics

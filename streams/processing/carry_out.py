@@ -3,7 +3,7 @@ publishes, and the dead letter of a record that has none.
 
 :class:`CarryOut` is the engine's hand for every effect of the fold (the engine decides
 which step, and when): baseline versions and session summaries are staged in the
-checkpoint being gathered (:attr:`streams.memory.Memory.pending`), an erasure is carried
+checkpoint being gathered (:attr:`streams.processing.memory.Memory.pending`), an erasure is carried
 out on the store at once, and each output becomes a message of the batch.
 """
 
@@ -18,9 +18,9 @@ from drift.outputs import ErasureCommand, ErasureReceipt, Output
 from streams import topics
 from streams.edge.rejection import Rejection
 from streams.edge.wire import encode
-from streams.memory import Memory
-from streams.meter import Meter
-from streams.records import InputRecord, OutMessage, PendingBatch, dead_letter
+from streams.processing.memory import Memory
+from streams.processing.meter import Meter
+from streams.processing.records import InputRecord, OutMessage, PendingBatch, dead_letter
 
 
 class CarryOut:
