@@ -285,10 +285,8 @@ class WorkerProcess:
 
 
 def _call(req: urllib.request.Request) -> tuple[int, Any]:
-    """The status and JSON body of ``req``'s answer. What is not an HTTP answer raises an
-    ``OSError``: also a connection to a port nothing listens on yet that the kernel made to
-    itself (a port in the ephemeral range can be the client's own, and the client then reads
-    its own request back as the status line)."""
+    """Status and JSON body; ``OSError`` for what is not an HTTP answer (a port nothing
+    listens on yet can connect to itself, and the request comes back as the status line)."""
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read() or b"null")
@@ -299,12 +297,10 @@ def _call(req: urllib.request.Request) -> tuple[int, Any]:
         raise ConnectionError(f"not an HTTP answer: {exc!r}") from exc
 
 
-#: The worker settings tests start workers with. Shorter than the defaults where a test would
-#: otherwise wait them out: the group's session timeout (how long a killed or restarted
-#: member holds its partitions), the heartbeat under it, and how long a rebalance waits for
-#: members to rejoin, and the checkpoint's interval (a test that waits for a state to be
-#: stored waits for it). Quiet-partition ticks keep the default (30 s): a tick is an input, and
-#: the tests that compare with the pure replay of the events they sent must not get one.
+#: The worker settings tests start workers with: shorter than the defaults where a test would
+#: wait them out (the group's session timeout, the heartbeat under it, a rebalance's wait for
+#: members, the checkpoint's interval). Quiet-partition ticks keep the default (30 s): a tick
+#: is an input, and the tests comparing with the pure replay of their events must get none.
 FAST = {"worker": {"timer_interval_s": 1.0, "batch_within_s": 0.05, "session_timeout_s": 2.0,
                    "heartbeat_interval_s": 0.5, "rebalance_timeout_s": 3.0,
                    "checkpoint_interval_s": 1.0}}
