@@ -149,7 +149,7 @@ def input_records(stream: Sequence[tuple[bytes, bytes]], partitions: int = 4) ->
         try:  # before that (e93bebf) the engine's own
             from streams.records import Record  # type: ignore[no-redef]
         except ImportError:
-            from streams.engine import Record  # type: ignore[attr-defined,no-redef]
+            from streams.engine import Record  # type: ignore[no-redef]
 
     offsets = dict.fromkeys(range(partitions), 0)
     out = []

@@ -33,7 +33,6 @@ input), ``--quick`` (200 and 1000, variant at 200: about two minutes).
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import math
 import shlex
@@ -41,8 +40,6 @@ import signal
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -58,7 +55,7 @@ from bench.kafka_io import produce
 from bench.procs import stop_process
 from bench.restore_data import build_records, export_rows
 from bench.restore_report import SizeResult, report
-from bench.worker_run import WorkerRun, WorkerSpec, metric_sum
+from bench.worker_run import WorkerRun, WorkerSpec, metric_sum, readyz
 from streams import topics
 from streams.broker import EmbeddedBroker
 
@@ -89,16 +86,6 @@ def _stop(worker: WorkerRun, timeout_s: float) -> int | None:
         worker._log.close()
         worker._log = None
     return worker.proc.returncode
-
-
-def _readyz(port: int) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
-            return resp.status, json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        return exc.code, {}
-    except (OSError, ValueError, http.client.HTTPException):
-        return 0, {}
 
 
 def _log_lines(path: Path) -> list[dict[str, Any]]:
@@ -176,7 +163,7 @@ def run_size(label: str, users_per_partition: int, partitions: int, test_session
         status = 0
         while time.monotonic() < deadline:
             second.check()
-            status, _ = _readyz(second.port)
+            status, _ = readyz(second.port, timeout_s=2)
             if status == 200:
                 break
             time.sleep(0.05)

@@ -3,7 +3,6 @@ restarts, their ports and readiness, the kills, and what the supervisor's log sa
 
 from __future__ import annotations
 
-import http.client
 import itertools
 import json
 import math
@@ -11,14 +10,13 @@ import os
 import signal
 import socket
 import subprocess
-import urllib.error
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.harness import ROOT, clean_env, log
+from bench.worker_run import readyz
 
 
 def free_port_block(n: int) -> int:
@@ -76,20 +74,6 @@ def workers_now(sup_pid: int) -> dict[int, int]:
     return out
 
 
-def readyz(port: int) -> tuple[int, dict[str, Any]]:
-    """Status and JSON body of a worker's /readyz (0 when it does not answer)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
-            return resp.status, json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        try:
-            return exc.code, json.loads(exc.read() or b"{}")
-        except ValueError:
-            return exc.code, {}
-    except (OSError, ValueError, http.client.HTTPException):
-        return 0, {}
-
-
 def owners(port: int, workers: int, partitions: int, sup_pid: int) -> dict[int, int] | None:
     """partition -> pid of its owner, when every worker is ready and they own every
     partition exactly once; else None (a rebalance or a restore is going on)."""
@@ -107,11 +91,7 @@ def owners(port: int, workers: int, partitions: int, sup_pid: int) -> dict[int, 
 
 
 def ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
-            return bool(resp.status == 200)
-    except (OSError, http.client.HTTPException):
-        return False
+    return readyz(port)[0] == 200
 
 
 @dataclass

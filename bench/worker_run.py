@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import http.client
+import json
 import math
 import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +20,21 @@ from typing import Any
 from bench.harness import POLL_S, ROOT, clean_env
 from bench.procs import child_pids, free_loopback_ports, proc_cpu_s, stop_process
 
+
+def readyz(port: int, timeout_s: float = 1.0) -> tuple[int, dict[str, Any]]:
+    """Status and JSON body of a worker's ``/readyz`` on loopback ``port`` (0 and ``{}``
+    while nothing answers it with HTTP: a port nothing listens on yet can even connect to
+    itself)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=timeout_s) as r:
+            return r.status, json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, json.loads(exc.read() or b"{}")
+        except ValueError:
+            return exc.code, {}
+    except (OSError, ValueError, http.client.HTTPException):
+        return 0, {}
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     from prometheus_client.parser import text_string_to_metric_families
@@ -228,16 +245,11 @@ class WorkerRun:
         waiting = list(self.ports)
         while time.monotonic() < deadline:
             self.check()
-            try:
-                with urllib.request.urlopen(
-                        f"http://127.0.0.1:{waiting[0]}/readyz", timeout=2) as resp:
-                    if resp.status == 200:
-                        waiting.pop(0)
-                        if not waiting:
-                            return time.monotonic() - started
-                        continue
-            except (OSError, http.client.HTTPException):  # not up yet
-                pass
+            if readyz(waiting[0], timeout_s=2)[0] == 200:
+                waiting.pop(0)
+                if not waiting:
+                    return time.monotonic() - started
+                continue
             time.sleep(0.2)
         raise TimeoutError(f"worker {self.name} not ready within {timeout_s:.0f}s")
 
