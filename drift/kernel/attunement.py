@@ -361,26 +361,21 @@ def _checkpoint_scores(current: npt.NDArray[np.float64], table: npt.NDArray[np.f
                        kinds: npt.NDArray[np.bool_], core_share: float, share: float,
                        out: npt.NDArray[np.float64]) -> int:
     """:func:`drift.checkpoint.attunement_inputs` and the statistic of window ``w`` of a
-    baseline's ``table`` in one call: the window's turns (:meth:`drift.baseline.Window.turns`)
-    and the pooled squares and degrees of freedom
+    baseline's ``table`` in one call: the window's turns (:meth:`drift.baseline.Window.turns`,
+    summed over the rows :func:`_base_rows` finds) and the pooled squares and degrees of freedom
     (:attr:`drift.baseline.AttunementBaseline.pooled`, added in its order), then
     :func:`_window_scores`. Returns ``_NO_TEST``, ``_SCORED`` or ``_INEXACT``."""
     n = current.shape[1]
-    width = 1 + 2 * n
+    base = _base_rows(table, shape, w, decay, n)
     turns = 0
-    at = 0
-    for age in range(shape.shape[0]):
-        k = at + w * width
-        if w < shape[age] and table[k] > 0:
-            turns += int(table[k])
-        at += shape[age] * width
+    for i in range(base.shape[0]):  # the counts of the window's sessions with turns
+        turns += int(base[i, 0])
     if turns < min_turns:
         return _NO_TEST
     m2 = np.empty(n)
     df = _pooled(table, m2)
     if df < 2:
         return _NO_TEST
-    base = _base_rows(table, shape, w, decay, n)
     return _SCORED if _scores(current, base, m2, df, kinds, core_share, share, out) else _INEXACT
 
 
