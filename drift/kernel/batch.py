@@ -165,7 +165,7 @@ def fold_batch(columns: UserColumns, events: Sequence[FhrEvent], config: DriftCo
     # duplicate's); every other one has its outcome from the loop above.
     done = [_BY_STATUS[st] if o is None else o
             for o, st in zip(outcomes[:end], status[:end].tolist())]
-    if None in done:
+    if any(o is None for o in done):  # by identity: ``in`` would call each one's __eq__
         raise AssertionError("every event before the end was applied")
     slots = ev.slot_list[:end]
     if raised:

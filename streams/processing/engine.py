@@ -189,7 +189,7 @@ class Engine:
         else:
             batch.stopped_at = self._fold(records, items, run, batch, touched, now,
                                           stop_before_erasure)
-        self._stage_states(batch, touched)
+        self.memory.stage(touched, self.next_offsets)
         self.meter.flush()
         return batch
 
@@ -294,10 +294,6 @@ class Engine:
         self.meter.flush()
         return batch
 
-    def _stage_states(self, batch: PendingBatch, touched: dict[str, int]) -> None:
-        for user_id, partition in touched.items():
-            self.memory.stage(user_id, partition, self.next_offsets.get(partition, 0))
-
     def refresh_gauges(self) -> None:
         """Set the gauges of open sessions and holds: a walk over every user, so the shell
         calls it per checkpoint, not per batch."""
@@ -377,7 +373,7 @@ class Engine:
         if known:
             memory.put(Step(state, baselines))
             if partition >= 0:
-                memory.stage(user_id, partition, self.next_offsets.get(partition, 0))
+                memory.stage({user_id: partition}, self.next_offsets)
         return batch, done
 
     def take_checkpoint(self) -> BatchWrite:

@@ -172,19 +172,24 @@ class Memory:
                 self.pending.baselines.append((partition, baseline))
                 self.meter.count(self.meter.metrics.baseline_versions, baseline.meta.kind.value)
 
-    def stage(self, user_id: str, partition: int, as_of: int) -> None:
-        """Stage a user's state as of ``as_of`` (its partition's next offset); a
-        memory-only user's stored state goes (a durable user in an ephemeral session
-        keeps theirs). The state is built when the checkpoint is taken (:meth:`take`)."""
-        state = self.columns.shell_of(user_id) or initial(user_id)
-        if state.persistable:
-            self.staged[user_id] = (partition, as_of)
-            self.stored.add(user_id)
-            self.as_of[user_id] = as_of
-        elif state.memory_only and user_id in self.stored:
-            self._stage_now(user_id, partition, None)
-            self.stored.discard(user_id)
-            self.as_of.pop(user_id, None)
+    def stage(self, users: Mapping[str, int], offsets: Mapping[int, int]) -> None:
+        """Stage each of ``users`` (user id: partition) as of their partition's next offset
+        in ``offsets``; a memory-only user's stored state goes (a durable user in an
+        ephemeral session keeps theirs). The states are built when the checkpoint is taken
+        (:meth:`take`). One call a batch: every user a batch moved."""
+        shell_of, staged, stored, as_of = (self.columns.shell_of, self.staged, self.stored,
+                                           self.as_of)
+        for user_id, partition in users.items():
+            state = shell_of(user_id) or initial(user_id)
+            if state.persistable:
+                offset = offsets.get(partition, 0)
+                staged[user_id] = (partition, offset)
+                stored.add(user_id)
+                as_of[user_id] = offset
+            elif state.memory_only and user_id in stored:
+                self._stage_now(user_id, partition, None)
+                stored.discard(user_id)
+                as_of.pop(user_id, None)
 
     def take(self) -> BatchWrite:
         """The checkpoint staged since the last one, with the offset each of its partitions

@@ -109,6 +109,41 @@ def test_an_event_the_reference_raises_on_leaves_the_state_as_it_was() -> None:
     assert cols.states["u"] == before
 
 
+
+def test_a_refused_turn_among_others_leaves_theirs_as_the_reference_does() -> None:
+    """A turn the reference raises on amid turns with blocking states and reflection, of its
+    user and another's, in one batch: the kernel hands that one over (and it raises there)
+    and folds the others, their flags included, as the reference does."""
+    config = DriftConfig()
+    events = users_log([[Plan(Mode.FULL, 0, "g1", 3, 0.0, (), False, 60.0)],
+                        [Plan(Mode.FULL, 0, "g1", 3, 0.0, (), False, 60.0)]], 0, 0, 0)
+    log = list(events[:-2])
+    user, session = log[-1].user_id, log[-1].session_id
+    ts = max(e.ts_s for e in log)
+    for k, changes in enumerate(({"crisis": True}, {"user_tokens": "x"},
+                                 {"reflection": True, "ae_severity": "high"})):
+        log.append(FhrEvent(f"x{k}", "turn", ts + 1.0 + k, user, session, False,
+                            Turn.neutral(90 + k, **changes)))
+    states: dict[str, UserState] = {}
+    baselines: dict[str, UserBaselines] = {}
+    outcomes: list[object] = []
+    for e in log:
+        try:
+            r = step(states.get(e.user_id) or initial(e.user_id),
+                     baselines.get(e.user_id, UserBaselines()), e, config)
+        except Exception as exc:  # noqa: BLE001 - compared with the kernel's by type
+            outcomes.append(type(exc))
+            continue
+        states[e.user_id], baselines[e.user_id] = r.state, r.baselines
+        outcomes.append(r.effects)
+    cols = UserColumns(config)
+    done = fold_batch(cols, log, config)
+    got = [type(o) if isinstance(o, Exception) else done.effects(i)
+           for i, o in enumerate(done.outcomes)]
+    assert TypeError in outcomes
+    assert got == outcomes
+    assert {u: cols.states[u] for u in states} == states
+
 def _scored_turn(e: FhrEvent) -> bool:
     return isinstance(e.body, Turn) and e.body.turn == 10
 
