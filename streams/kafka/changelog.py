@@ -182,9 +182,17 @@ class Changelog:
     async def append(self, deltas: dict[int, bytes]) -> int:
         """Write each partition's delta of one checkpoint (its rows, encoded:
         :meth:`Rows.encode`); returns the bytes written."""
-        return sum(await asyncio.gather(*(self._append(self.generations[p], data)
-                                          for p, data in deltas.items()
-                                          if p in self.generations)))
+        written = 0
+        # Every partition's send ends (or fails) before a failure is raised: a retry
+        # (BrokerWatch.until_done) must not write a delta while this attempt still does.
+        for sent in await asyncio.gather(*(self._append(self.generations[p], data)
+                                           for p, data in deltas.items()
+                                           if p in self.generations),
+                                         return_exceptions=True):
+            if isinstance(sent, BaseException):
+                raise sent
+            written += sent
+        return written
 
     async def _append(self, gen: _Generation, data: bytes) -> int:
         """One partition's delta, in chunks. The partitions' deltas go to topics of their

@@ -3,11 +3,29 @@ the handover on a real broker is in ``tests/e2e/test_scale.py``)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
 import msgspec
 import pyarrow as pa
+import pytest
+from aiokafka.errors import KafkaConnectionError
+from prometheus_client import CollectorRegistry
 
 from baselines.rows import Rows
-from streams.kafka.changelog import CHUNK_BYTES, Entry, Kind, _chunks, _Reader, decode_entry
+from streams.kafka.changelog import (
+    CHUNK_BYTES,
+    Changelog,
+    Entry,
+    Kind,
+    _chunks,
+    _Generation,
+    _Reader,
+    decode_entry,
+)
+from streams.kafka.producers import Message
+from streams.metrics import build_metrics
 
 
 def _rows(*users: str) -> Rows:
@@ -69,3 +87,37 @@ def test_a_generation_whose_snapshot_never_finished_has_no_snapshot() -> None:
 def test_records_stay_under_the_chunk_size() -> None:
     assert all(len(c) <= CHUNK_BYTES for c in _chunks(_rows("a", "b", "c").encode()))
     assert _chunks(b"") == [b""]
+
+
+def test_a_checkpoint_whose_delta_fails_on_one_partition_waits_for_the_others() -> None:
+    """The partitions' deltas go side by side; when one fails, the failure is raised (and
+    the checkpoint retried) only once every other partition's send has ended, so a retry
+    never writes a delta while the failed attempt still writes one to the same topic."""
+    ended: list[str] = []
+
+    class Sends:
+        async def send_all(self, messages: Sequence[Message]) -> asyncio.Future[list[Any]]:
+            topic = messages[0][0]
+            done: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+            if topic.endswith(".0.1"):  # refused at once
+                done.set_result([KafkaConnectionError()] * len(messages))
+            else:  # handed over slowly (a producer whose buffer is full)
+                await asyncio.sleep(0.05)
+                ended.append(topic)
+                done.set_result([None] * len(messages))
+            return done
+
+        async def close(self) -> None:
+            pass
+
+    changelog = Changelog("unused:9092", "app", Sends(), "fhr.events",
+                          build_metrics(CollectorRegistry()))
+    changelog.generations = {p: _Generation(changelog.topic(p, 1), 1, "e", 0, 0)
+                             for p in (0, 1)}
+
+    async def append() -> None:
+        with pytest.raises(KafkaConnectionError):
+            await changelog.append({0: b"a" * 10, 1: b"b" * 10})
+        assert ended == [changelog.topic(1, 1)], "raised before the other partition ended"
+
+    asyncio.run(append())
