@@ -195,11 +195,11 @@ class Changelog:
         return written
 
     async def _append(self, gen: _Generation, data: bytes) -> int:
-        """One partition's delta, in chunks. The partitions' deltas go to topics of their
-        own, so :meth:`append` writes them side by side: one partition after another, each
-        chunk waited for its round trip through a loop busy with records, and a checkpoint
-        of 13-15 MB at full speed took 3.8-4.2 s to append (1.4-2.2 s side by side;
-        ``docs/performance.md``, "Checkpoints")."""
+        """One partition's delta, in chunks. :meth:`append` writes the partitions' deltas (a
+        topic each) side by side: when they went one after another, each chunk waited for its
+        round trip through a loop busy with records, and a checkpoint of 13-15 MB at full
+        speed took 3.8-4.2 s to append (1.4-2.2 s side by side; ``docs/performance.md``,
+        "Checkpoints")."""
         gen.seq += 1
         chunks = _chunks(data)
         n = await self._send(gen.topic, [Entry(Kind.DELTA, gen.epoch, gen.seq, i, len(chunks), c)
