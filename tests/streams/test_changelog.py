@@ -101,8 +101,9 @@ def test_a_checkpoint_whose_delta_fails_on_one_partition_waits_for_the_others() 
             done: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
             if topic.endswith(".0.1"):  # refused at once
                 done.set_result([KafkaConnectionError()] * len(messages))
-            else:  # handed over slowly (a producer whose buffer is full)
-                await asyncio.sleep(0.05)
+            else:  # handed over slowly (a producer whose buffer is full): a few turns
+                for _ in range(3):  # of the loop, after the other partition's refusal
+                    await asyncio.sleep(0)
                 ended.append(topic)
                 done.set_result([None] * len(messages))
             return done
