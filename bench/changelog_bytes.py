@@ -13,6 +13,7 @@ import gzip
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 # Run as a script: the tree's root goes on sys.path before the project's imports.
@@ -36,7 +37,7 @@ from tests.streams.golden import (
     partition_of,
 )
 
-CODECS = {
+CODECS: dict[str, Callable[[bytes], bytes]] = {
     "gzip": gzip.compress,
     "snappy": lambda b: bytes(cramjam.snappy.compress_raw(b)),
     "lz4": lambda b: bytes(cramjam.lz4.compress(b)),

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import numpy as np
 
@@ -138,7 +138,15 @@ def rate_from_samples(samples: list[tuple[float, float]], target: float) -> dict
     return {"rate": (target - c0) / seconds, "seconds": seconds, "from_count": c0}
 
 
-def rate_all_busy(each: Sequence[tuple[float, Sequence[float]]]) -> dict[str, float]:
+class AllBusy(TypedDict):
+    """:func:`rate_all_busy`'s answer."""
+
+    rate: float
+    seconds: float
+    shares: list[float]
+
+
+def rate_all_busy(each: Sequence[tuple[float, Sequence[float]]]) -> AllBusy:
     """Records/s of several workers while every one of them still had records: from the first
     sample with a record counted to the last sample before any worker reached its final
     count (``each`` holds (time, each worker's count) samples to the end of the run), and

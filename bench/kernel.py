@@ -25,6 +25,7 @@ kernel module imports anyway (numpy, numba, ``drift.fold``).
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import shlex
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -51,6 +52,7 @@ from drift.fold import initial, step
 from drift.kernel import UserColumns, fold_batch
 from drift.kernel import batch as kernel_batch
 from drift.kernel.attunement import score_attunement
+from drift.kernel.events import EventColumns
 from drift.model import DriftConfig, FhrEvent, Turn
 from drift.outputs import Effects
 from drift.simulation import Scenario, SimParams, simulate
@@ -136,32 +138,32 @@ def reference_by_class(events: Sequence[FhrEvent], config: DriftConfig) -> dict[
 class _Split:
     """Seconds in the kernel's parts, timed by wrapping what fold_batch calls."""
 
+    #: (label, where it is looked up when called, its name there)
+    PARTS = (("event columns", EventColumns, "of"),
+             ("compiled kernel", kernel_batch, "apply_turns"),
+             ("hand-offs (reference step)", kernel_batch, "step"))
+
     def __init__(self) -> None:
-        self.seconds = {"event columns": 0.0, "compiled kernel": 0.0,
-                        "hand-offs (reference step)": 0.0}
-        self._saved = (kernel_batch.EventColumns.of, kernel_batch.apply_turns,
-                       kernel_batch.step)
+        self.seconds = {label: 0.0 for label, _, _ in self.PARTS}
+        self._saved = [inspect.getattr_static(owner, name) for _, owner, name in self.PARTS]
 
     def __enter__(self) -> Self:
-        of, kern, ref = self._saved
-
-        def timed(label: str, fn: object) -> object:
+        def timed(label: str, fn: Callable[..., object]) -> Callable[..., object]:
             def call(*args: object, **kwargs: object) -> object:
                 t = time.perf_counter()
                 try:
-                    return fn(*args, **kwargs)  # type: ignore[operator]
+                    return fn(*args, **kwargs)
                 finally:
                     self.seconds[label] += time.perf_counter() - t
             return call
 
-        kernel_batch.EventColumns.of = timed("event columns", of)  # type: ignore[method-assign]
-        kernel_batch.apply_turns = timed("compiled kernel", kern)  # type: ignore[assignment]
-        kernel_batch.step = timed("hand-offs (reference step)", ref)  # type: ignore[assignment]
+        for (label, owner, name), fn in zip(self.PARTS, self._saved, strict=True):
+            setattr(owner, name, timed(label, fn))  # called on the class or the module
         return self
 
     def __exit__(self, *exc: object) -> None:
-        (kernel_batch.EventColumns.of, kernel_batch.apply_turns,  # type: ignore[method-assign]
-         kernel_batch.step) = self._saved
+        for (_, owner, name), fn in zip(self.PARTS, self._saved, strict=True):
+            setattr(owner, name, fn)
 
 
 def run_kernel(events: Sequence[FhrEvent], config: DriftConfig, batch: int

@@ -12,7 +12,7 @@ import tracemalloc
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -23,6 +23,16 @@ from bench.harness import fmt, log, pass_fail
 STATE_ENCODED_GOAL_B = 2048
 STATE_RESIDENT_GOAL_B = 4096
 
+
+
+T = TypeVar("T")
+
+
+def _kind(value: object, cls: type[T]) -> T | None:
+    """``value`` (None, or a baseline of class ``cls``), typed as such."""
+    if value is not None and not isinstance(value, cls):
+        raise TypeError(f"a {type(value).__name__} where a {cls.__name__} is stored")
+    return value
 
 def stored(baseline: Any) -> bytes:
     """A baseline version as the store keeps it: its row of ``baseline_versions`` (the
@@ -107,7 +117,7 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
 
     from baselines.columns import baseline_of
     from baselines.snapshot import decode_state, encode_state
-    from drift.baseline import UserBaselines
+    from drift.baseline import AttunementBaseline, SafetyBaseline, SemanticBaseline, UserBaselines
     from drift.model import DriftConfig
     from drift.replay import MemoryReplay
     from drift.simulation import Scenario, SimParams, simulate
@@ -148,10 +158,14 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
         """Each user's baselines decoded from their own bytes; a user in a session has had
         the attunement baseline's pooled statistics worked out (the re-attunement and the
         checkpoints read them, and the baseline keeps them), as the worker holds it."""
-        held["baselines"] = {
-            key: UserBaselines(*(None if x is None else baseline_of(decoder.decode(x))
-                                 for x in base_blobs[i % t]))
-            for i, key in enumerate(held["states"])}
+        def user_baselines(blobs: Sequence[bytes | None]) -> UserBaselines:
+            att, sem, saf = (None if x is None else baseline_of(decoder.decode(x))
+                             for x in blobs)  # stored by kind, in this order
+            return UserBaselines(_kind(att, AttunementBaseline), _kind(sem, SemanticBaseline),
+                                 _kind(saf, SafetyBaseline))
+
+        held["baselines"] = {key: user_baselines(base_blobs[i % t])
+                             for i, key in enumerate(held["states"])}
         for i, ub in enumerate(held["baselines"].values()):
             if ub.attunement is not None and states[i % t].session is not None:
                 _ = ub.attunement.pooled
