@@ -12,7 +12,7 @@ import tracemalloc
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -23,16 +23,6 @@ from bench.harness import fmt, log, pass_fail
 STATE_ENCODED_GOAL_B = 2048
 STATE_RESIDENT_GOAL_B = 4096
 
-
-
-T = TypeVar("T")
-
-
-def _kind(value: object, cls: type[T]) -> T | None:
-    """``value`` (None, or a baseline of class ``cls``), typed as such."""
-    if value is not None and not isinstance(value, cls):
-        raise TypeError(f"a {type(value).__name__} where a {cls.__name__} is stored")
-    return value
 
 def stored(baseline: Any) -> bytes:
     """A baseline version as the store keeps it: its row of ``baseline_versions`` (the
@@ -115,9 +105,9 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
     """
     from prometheus_client import CollectorRegistry
 
-    from baselines.columns import baseline_of
+    from baselines.columns import by_user
     from baselines.snapshot import decode_state, encode_state
-    from drift.baseline import AttunementBaseline, SafetyBaseline, SemanticBaseline, UserBaselines
+    from drift.baseline import UserBaselines
     from drift.model import DriftConfig
     from drift.replay import MemoryReplay
     from drift.simulation import Scenario, SimParams, simulate
@@ -159,10 +149,8 @@ def per_user_state(seed: int, user_counts: Sequence[int], templates: int,
         the attunement baseline's pooled statistics worked out (the re-attunement and the
         checkpoints read them, and the baseline keeps them), as the worker holds it."""
         def user_baselines(blobs: Sequence[bytes | None]) -> UserBaselines:
-            att, sem, saf = (None if x is None else baseline_of(decoder.decode(x))
-                             for x in blobs)  # stored by kind, in this order
-            return UserBaselines(_kind(att, AttunementBaseline), _kind(sem, SemanticBaseline),
-                                 _kind(saf, SafetyBaseline))
+            rows = [decoder.decode(x) for x in blobs if x is not None]
+            return next(iter(by_user(rows).values()), UserBaselines())  # as a restore does
 
         held["baselines"] = {key: user_baselines(base_blobs[i % t])
                              for i, key in enumerate(held["states"])}
