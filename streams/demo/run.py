@@ -11,12 +11,14 @@ show everything its counters counted, and prints the final tallies beside ``/met
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from types import FrameType
 
@@ -80,6 +82,7 @@ class _Demo:
         self.args, self.bootstrap, self.worker = args, bootstrap, worker
         self.story, self.data_dir, self.token = story, data_dir, token
         self.metrics_url = f"http://127.0.0.1:{args.web_port}/metrics"
+        self.ready_url = f"http://127.0.0.1:{args.web_port}/readyz"
         self.tally = Tally()
         self.metrics: Scrape | None = None
         self.traffic = Traffic(bootstrap, story, args.rate)
@@ -98,6 +101,8 @@ class _Demo:
                                  auto_offset_reset="earliest", enable_auto_commit=False)
         try:
             self._intro()
+            if not self._until_ready(stop):
+                return 1 if self.worker.poll() is not None else 0
             self.traffic.start()
             failed = self._watch(consumer, stop)
             self.traffic.stopping.set()
@@ -134,6 +139,26 @@ class _Demo:
         say("          which lifts a HOLD (hold_released).")
         for line in legend():
             say(line)
+
+    def _until_ready(self, stop: _Stop) -> bool:
+        """Wait until the worker's ``/readyz`` says it holds its partitions, so that the
+        traffic and the clock start when the worker can take them; False if it exited or
+        Ctrl-C came first."""
+        self.screen.say("waiting for the worker to take its partitions "
+                        f"(http://127.0.0.1:{self.args.web_port}/readyz)...")
+        while not stop.requested:
+            if self.worker.poll() is not None:
+                self._worker_failed()
+                return False
+            try:
+                with urllib.request.urlopen(self.ready_url, timeout=2) as resp:
+                    if resp.status == 200:
+                        self.started = time.monotonic()
+                        return True
+            except (OSError, http.client.HTTPException):  # 503 until ready, refused until up
+                pass
+            time.sleep(0.2)
+        return False
 
     def _view(self) -> View:
         t = self.traffic
