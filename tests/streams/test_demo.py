@@ -39,7 +39,7 @@ from streams.edge.wire import encode
 from tests.conftest import REPO, fast_env
 
 #: Long enough for three summaries: the clock starts once the worker is ready.
-DURATION_S = 20
+DURATION_S = 16
 COUNTERS = ("continuity_scores_total", "continuity_responses_total",
             "continuity_governance_violations_total", "continuity_escalations_total",
             "continuity_erasures_total", "continuity_rejections_total")
