@@ -100,7 +100,5 @@ def test_a_read_ends_while_workers_keep_publishing(broker: Broker) -> None:
 
 def test_an_unreachable_broker_is_named() -> None:
     port = free_loopback_port()
-    started = time.monotonic()
     with pytest.raises(topics.BrokerUnreachable, match=f"127.0.0.1:{port}"):
         read_outputs(f"127.0.0.1:{port}")
-    assert time.monotonic() - started < 30
