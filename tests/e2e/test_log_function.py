@@ -23,6 +23,7 @@ from streams.edge.codec import encode_event
 from streams.oracle import fold_log
 from tests.builders import memory_only_users
 from tests.conftest import events_processed, wait_until
+from tests.e2e.group import owned, settled
 
 APP_ID = "continuity-drift"
 OUTPUT_TOPICS = (topics.SCORES, topics.RESPONSES, topics.ESCALATIONS, topics.VIOLATIONS,
@@ -187,7 +188,9 @@ def test_partitions_moved_between_workers_publish_exactly_the_pure_fold_of_the_l
     """Three workers of one group: one SIGKILLed, one added, one stopped mid-stream; the
     outputs are the oracle's, as one worker without faults would publish them (each new
     owner restores the partitions it takes from the changelog its producer wrote; a
-    changelog librdkafka's producer wrote is restored by the kills above)."""
+    changelog librdkafka's producer wrote is restored by the kills above). The added
+    worker is given partitions, the stopped one stops cleanly, and the group's commits
+    reach the end of the log."""
     seed = _seed()
     print(f"KILL_SEED={seed}")
     rng = random.Random(seed)
@@ -198,10 +201,18 @@ def test_partitions_moved_between_workers_publish_exactly_the_pure_fold_of_the_l
     goal = rng.randint(1, quarter // 2)
     wait_until(lambda: sum(events_processed(w) for w in workers) >= goal, 60,
                f"{goal} events processed before the kill (seed {seed})", interval_s=0.02)
-    workers[0].kill()
+    workers.pop(0).kill()  # SIGKILL: no revoke, no last checkpoint
     _send(broker, records[quarter:2 * quarter])
     workers.append(start_worker("added", config=CONFIG))
     _send(broker, records[2 * quarter:3 * quarter])
-    workers[1].stop()
+    wait_until(settled(workers), 60, "the added worker given partitions")
+    assert owned(workers[-1]), "the added worker owns a partition"
+    assert workers.pop(0).stop() == 0
     _send(broker, records[3 * quarter:])
     _settle_and_compare(broker, seed)
+    # A record's outputs are acked before the group commits past it: once the commits reach
+    # the end of the log, nothing a worker publishes late can still be on its way.
+    end = len(_read_back(broker.bootstrap))
+    wait_until(lambda: broker.committed() >= end, 60, "the group committed to the end",
+               detail=lambda: f"committed {broker.committed()} of {end}")
+    assert set(_published_with_ids(broker)) == set(oracle(_read_back(broker.bootstrap)))

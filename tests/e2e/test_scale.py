@@ -1,10 +1,11 @@
 """State follows its partition: workers of one group hand partitions over through the changelog.
 
 Every test compares with the pure replay of the same events (which a single worker
-matches, ``test_pipeline.py``): after workers are killed, added and stopped, the
-set of output ids is the replay's, so nothing is lost, nothing is new, and a new
+matches, ``test_pipeline.py``): after a handover, a restore or a killed worker of ``run
+--workers``, the set of output ids is the replay's, so nothing is lost, nothing is new, and a new
 owner scored with the baselines, holds and ladder it restored (without them its
-scores, HOLDs and responses would differ from the replay's).
+scores, HOLDs and responses would differ from the replay's). Three workers of one group
+killed, added and stopped are in ``test_log_function.py``, against the fold of the log.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tests.conftest import (
     replay_ids,
     wait_until,
 )
+from tests.e2e.group import owned, settled
 
 
 def _events(users: int, scenarios: list[Scenario]) -> list[FhrEvent]:
@@ -42,23 +44,6 @@ def _wait_for(broker: Broker, want: dict[str, set[str]], what: str) -> None:
 
     wait_until(caught_up, 180, what, interval_s=0.5,
                detail=lambda: str({k: len(want[k] - v) for k, v in published_ids(broker).items()}))
-
-
-def _owned(worker: WorkerProcess) -> list[int]:
-    _, body = worker.get("/readyz")
-    return list(body.get("partitions", [])) if isinstance(body, dict) else []
-
-
-def _settled(workers: list[WorkerProcess]) -> Callable[[], bool]:
-    """Every partition owned by exactly one of ``workers``, each of them ready."""
-    def check() -> bool:
-        try:
-            owned = [p for w in workers for p in _owned(w)]
-            ready = all(w.get("/readyz")[0] == 200 for w in workers)
-        except OSError:
-            return False
-        return ready and sorted(owned) == [0, 1, 2, 3]
-    return check
 
 
 def test_a_new_owner_restores_state_and_goes_on_as_one_worker_would(broker, start_worker):
@@ -80,44 +65,6 @@ def test_a_new_owner_restores_state_and_goes_on_as_one_worker_would(broker, star
         assert len(got) == len(want[kind]), f"a {kind} was published twice"
     status, body = second.get("/readyz")
     assert status == 200 and body["restoring"] is False
-
-
-def test_three_workers_killed_added_and_stopped_lose_nothing(broker, start_worker):
-    events = _events(9, [Scenario.STABLE, Scenario.ATTUNEMENT_SHIFT, Scenario.SAFETY_MISMATCH,
-                         Scenario.SEMANTIC_CONTRADICTION, Scenario.GOVERNANCE])
-    quarter = len(events) // 4
-    cuts = [quarter, 2 * quarter, 3 * quarter, len(events)]
-    workers = [start_worker(f"w{i}", wait_ready=False) for i in range(3)]  # start side by side
-    for w in workers:
-        w.wait_ready()
-    wait_until(_settled(workers), 60, "three workers sharing the partitions")
-
-    broker.send_events(events[:cuts[0]])
-    _wait_for(broker, replay_ids(events[:cuts[0]]), "the first quarter's outputs")
-
-    victim = workers.pop(0)
-    victim.kill()  # SIGKILL: no revoke, no last checkpoint
-    broker.send_events(events[cuts[0]:cuts[1]])
-    wait_until(_settled(workers), 60, "the killed worker's partitions taken over")
-    _wait_for(broker, replay_ids(events[:cuts[1]]), "outputs after the kill")
-
-    workers.append(start_worker("added"))
-    broker.send_events(events[cuts[1]:cuts[2]])
-    wait_until(_settled(workers), 60, "the added worker given partitions")
-    assert _owned(workers[-1]), "the added worker owns a partition"
-    _wait_for(broker, replay_ids(events[:cuts[2]]), "outputs after the add")
-
-    leaving = workers.pop(0)
-    assert leaving.stop() == 0
-    broker.send_events(events[cuts[2]:])
-    wait_until(_settled(workers), 60, "the stopped worker's partitions taken over")
-    want = replay_ids(events)
-    _wait_for(broker, want, "every output")
-    # A record's outputs are acked before the group commits past it: once the commits reach
-    # the end of the log, nothing a worker publishes late can still be on its way.
-    wait_until(lambda: broker.committed() >= len(events), 60, "the group committed to the end",
-               detail=lambda: f"committed {broker.committed()} of {len(events)}")
-    assert published_ids(broker) == want
 
 
 def test_run_workers_n_shares_the_group_and_restarts_a_killed_worker(broker, tmp_path):
@@ -198,11 +145,11 @@ def _as_a_client(call: Callable[[], tuple[int, object]], what: str) -> tuple[int
     A worker learns a partition's new owner from the owners topic a moment after
     the owner says it is ready, so a forwarded request can meet a 503 just then.
     """
-    def settled() -> tuple[int, object] | None:
+    def answered() -> tuple[int, object] | None:
         status, body = call()
         moving = status == 503 and isinstance(body, dict) and body.get("error") in _RETRY
         return None if moving else (status, body)
-    answer: tuple[int, object] = wait_until(settled, 30, what, interval_s=0.5)
+    answer: tuple[int, object] = wait_until(answered, 30, what, interval_s=0.5)
     return answer
 
 
@@ -214,7 +161,7 @@ def test_any_worker_answers_the_review_api_for_any_user(broker, start_worker):
     one, two = start_worker("one", wait_ready=False), start_worker("two", wait_ready=False)
     one.wait_ready()
     two.wait_ready()
-    wait_until(_settled([one, two]), 60, "two workers sharing the partitions")
+    wait_until(settled([one, two]), 60, "two workers sharing the partitions")
     users = [UserScript(f"review-{i}", seed=40 + i) for i in range(8)]
     for u in users:
         for s in range(3):
@@ -226,7 +173,7 @@ def test_any_worker_answers_the_review_api_for_any_user(broker, start_worker):
 
     def owner(user_id: str) -> WorkerProcess:
         p = partition_of(user_id, 4)
-        return one if p in _owned(one) else two
+        return one if p in owned(one) else two
 
     split = {id(owner(u.user_id)) for u in users}
     assert len(split) == 2, "the users must fall on both workers for the test to mean anything"
