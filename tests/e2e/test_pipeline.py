@@ -119,31 +119,6 @@ def test_outputs_match_a_pure_replay_and_duplicates_change_nothing(broker, start
         assert len(got) == len(ids), f"duplicate {kind} messages"
 
 
-def test_sigkill_mid_stream_loses_nothing_and_counts_nothing_twice(broker, start_worker):
-    events = []
-    for evs, _ in simulate(9, [Scenario.STABLE, Scenario.ATTUNEMENT_SHIFT,
-                               Scenario.SAFETY_MISMATCH], 25, 1.7e9, SimParams()):
-        events.extend(evs)
-    events.sort(key=lambda e: e.ts_s)
-    expected = {o.id for o in replay(events, DriftConfig())
-                if o.kind.value == "score"}
-    worker = start_worker("victim")
-    cut = len(events) * 2 // 3
-    broker.send_events(events[:cut])
-    wait_until(lambda: len(output_ids(broker.read(topics.SCORES))) >= len(expected) // 4, 90,
-               "a quarter of the scores", interval_s=0.05)
-    worker.kill()
-    broker.send_events(events[cut:])
-    seen_before = output_ids(broker.read(topics.SCORES))
-    assert seen_before < expected
-    worker.start()
-    wait_until(lambda: output_ids(broker.read(topics.SCORES)) >= expected, 120,
-               "every score after the restart")
-    assert output_ids(broker.read(topics.SCORES)) == expected
-    metrics = worker.metrics_text()
-    assert "continuity_events_total" in metrics
-
-
 def test_a_record_no_decoder_can_read_does_not_stop_the_worker(broker, start_worker):
     worker = start_worker()
     before = UserScript("poison-before", seed=21)
