@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from types import FrameType
@@ -34,6 +35,22 @@ from streams.demo.traffic import Story, Traffic
 
 REFRESH_S = 1.0
 STALL_S = 15.0
+WAIT_NOTE_S = 10.0
+
+
+def readyz(url: str) -> str | None:
+    """None when the worker at ``url`` answers ready; else what it answers instead.
+
+    >>> readyz("http://127.0.0.1:1/readyz")
+    'does not answer yet'
+    """
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return None if resp.status == 200 else f"answers {resp.status}"
+    except urllib.error.HTTPError as exc:  # 503 until ready: its body says why
+        return f"answers {exc.code} {exc.read().decode(errors='replace')[:200]}"
+    except (OSError, http.client.HTTPException):
+        return "does not answer yet"
 
 
 class _Stop:
@@ -143,20 +160,21 @@ class _Demo:
     def _until_ready(self, stop: _Stop) -> bool:
         """Wait until the worker's ``/readyz`` says it holds its partitions, so that the
         traffic and the clock start when the worker can take them; False if it exited or
-        Ctrl-C came first."""
-        self.screen.say("waiting for the worker to take its partitions "
-                        f"(http://127.0.0.1:{self.args.web_port}/readyz)...")
+        Ctrl-C came first. Every :data:`WAIT_NOTE_S` it says what ``/readyz`` answers."""
+        self.screen.say(f"waiting for the worker to take its partitions ({self.ready_url})...")
+        note_at = time.monotonic() + WAIT_NOTE_S
         while not stop.requested:
             if self.worker.poll() is not None:
                 self._worker_failed()
                 return False
-            try:
-                with urllib.request.urlopen(self.ready_url, timeout=2) as resp:
-                    if resp.status == 200:
-                        self.started = time.monotonic()
-                        return True
-            except (OSError, http.client.HTTPException):  # 503 until ready, refused until up
-                pass
+            answer = readyz(self.ready_url)
+            if answer is None:
+                self.started = time.monotonic()
+                return True
+            if time.monotonic() >= note_at:
+                self.screen.say(f"  still waiting: /readyz {answer} (the worker's log: "
+                                f"{self.data_dir / 'worker.log'})")
+                note_at = time.monotonic() + WAIT_NOTE_S
             time.sleep(0.2)
         return False
 

@@ -263,3 +263,38 @@ def test_the_live_screen_fits_the_terminal_up_to_100_columns() -> None:
         assert notables and notables[-1] == tally.notable[-1], "the newest first"
     assert "score 1.00 (high), driven by" in buf.getvalue()
     assert max(len(x) for x in legend()) <= 100
+
+
+def test_the_wait_for_a_worker_says_what_its_readyz_answers() -> None:
+    """Before the traffic starts the demo waits on ``/readyz``; what it says while waiting is
+    the worker's own reason (503 with its body), and None once it answers 200."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from streams.demo.run import readyz
+
+    ready = threading.Event()
+
+    class Readyz(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body = (200, b'{"ready": true}') if ready.is_set() else (
+                503, b'{"ready": false, "restoring": true}')
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    port = free_loopback_port()
+    assert readyz(f"http://127.0.0.1:{port}/readyz") == "does not answer yet"
+    server = ThreadingHTTPServer(("127.0.0.1", port), Readyz)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{port}/readyz"
+        assert readyz(url) == 'answers 503 {"ready": false, "restoring": true}'
+        ready.set()
+        assert readyz(url) is None
+    finally:
+        server.shutdown()
+        server.server_close()
