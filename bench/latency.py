@@ -58,14 +58,19 @@ SLOW_S = 0.1
 def slow_spells(timed: Sequence[tuple[float, float]], bound: float = SLOW_S) -> dict[str, Any]:
     """The records slower than ``bound`` (``timed``: each record's source time and latency,
     in seconds), by the second of the offer they came in: how many, how many seconds hold
-    them, and the share of them in the worst second. A stall of the worker or the broker
-    puts most of them in one or two seconds; a worker too slow for the offer spreads them.
+    them, the share of them in the worst second, which second of the offer that is (from 0)
+    and when it began (the source records' clock, to be matched with the worker's log). A stall of the worker or the broker puts most of
+    them in one or two seconds; a worker too slow for the offer spreads them.
 
-    >>> slow_spells([(0.2, 0.3), (0.7, 0.2), (5.1, 0.15), (6.0, 0.01)])
-    {'n': 3, 'seconds': 2, 'worst_second_share': 0.6666666666666666, 'offer_seconds': 6}
+    >>> spells = slow_spells([(0.2, 0.3), (0.7, 0.2), (5.1, 0.15), (6.0, 0.01)])
+    >>> spells["n"], spells["seconds"], spells["worst_second"], spells["worst_second_at"]
+    (3, 2, 0, 0.2)
+    >>> spells["worst_second_share"], spells["offer_seconds"]
+    (0.6666666666666666, 6)
     """
     if not timed:
-        return {"n": 0, "seconds": 0, "worst_second_share": math.nan, "offer_seconds": 0}
+        return {"n": 0, "seconds": 0, "worst_second_share": math.nan, "worst_second": -1,
+                "worst_second_at": math.nan, "offer_seconds": 0}
     start = min(t for t, _ in timed)
     slow: dict[int, int] = defaultdict(int)
     for t, latency in timed:
@@ -74,6 +79,8 @@ def slow_spells(timed: Sequence[tuple[float, float]], bound: float = SLOW_S) -> 
     n = sum(slow.values())
     return {"n": n, "seconds": len(slow),
             "worst_second_share": max(slow.values()) / n if n else math.nan,
+            "worst_second": (worst := max(slow, key=lambda k: slow[k]) if n else -1),
+            "worst_second_at": start + worst if n else math.nan,
             "offer_seconds": int(max(t for t, _ in timed) - start) + 1}
 
 
@@ -84,7 +91,8 @@ def _spells(spells: dict[str, Any] | None) -> str:
     records = "1 record" if spells["n"] == 1 else f"{spells['n']} records"
     return (f"{records} over {1e3 * SLOW_S:.0f} ms, in {spells['seconds']} of the "
             f"offer's {spells['offer_seconds']} seconds, "
-            f"{100 * spells['worst_second_share']:.0f}% of them in the worst one")
+            f"{100 * spells['worst_second_share']:.0f}% of them in the worst one "
+            f"(second {spells['worst_second']} of the offer)")
 
 
 def phase_latency(bootstrap: str, base: Path, records: Sequence[tuple[bytes, bytes, str]],

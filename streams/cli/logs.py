@@ -17,7 +17,8 @@ class JsonFormatter(logging.Formatter):
                                "logger": record.name, "msg": record.getMessage()}
         for key in ("partitions", "bootstrap", "port", "topics", "offset", "error_type",
                     "generation", "records", "bytes", "deltas", "seconds", "worker",
-                    "exit_code", "repeated", "last_offset", "reason"):
+                    "exit_code", "repeated", "last_offset", "reason", "states", "take_ms",
+                    "commit_ms", "steps"):
             if hasattr(record, key):
                 out[key] = getattr(record, key)
         if record.exc_info:

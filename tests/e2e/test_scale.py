@@ -216,7 +216,7 @@ def test_readyz_is_503_while_a_partition_is_restored(broker, start_worker):
 
     from tests.builders import UserScript
 
-    first = start_worker("before")
+    first = start_worker("before", {"worker": {"log_level": "debug"}})
     users = [UserScript(f"bulk-{i:05d}", seed=i) for i in range(1500)]
     for u in users:
         u.session(f"{u.user_id}-s0", turns=6)
@@ -225,6 +225,18 @@ def test_readyz_is_503_while_a_partition_is_restored(broker, start_worker):
     from tests.conftest import events_processed
     wait_until(lambda: events_processed(first) >= len(events), 180, "every event processed")
     assert first.stop() == 0
+    # At debug, each checkpoint says what it covered and how long each step took (to match a
+    # spell of slow outputs with it), and names no user.
+    first_log = (first.data_dir.parent / "before.log").read_text()
+    assert "bulk-" not in first_log
+    committed = [json.loads(line) for line in first_log.splitlines()
+                 if line.startswith("{") and '"checkpoint committed"' in line]
+    assert sum(c["records"] for c in committed) >= len(events)
+    assert sum(c["states"] for c in committed) >= len(users)
+    for c in committed:
+        assert list(c["steps"]) == ["acks_ms", "rows_ms", "changelog_ms", "duckdb_ms",
+                                    "roll_ms", "group_ms"]
+        assert c["take_ms"] >= 0 and c["commit_ms"] >= sum(c["steps"].values()) - 1
 
     seen: list[tuple[int, bool]] = []
     done = threading.Event()
