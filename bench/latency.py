@@ -59,8 +59,9 @@ def slow_spells(timed: Sequence[tuple[float, float]], bound: float = SLOW_S) -> 
     """The records slower than ``bound`` (``timed``: each record's source time and latency,
     in seconds), by the second of the offer they came in: how many, how many seconds hold
     them, the share of them in the worst second, which second of the offer that is (from 0)
-    and when it began (the source records' clock, to be matched with the worker's log). A stall of the worker or the broker puts most of
-    them in one or two seconds; a worker too slow for the offer spreads them.
+    and when it began (the source records' clock, to be matched with the worker's log). A
+    stall of the worker or the broker puts most of them in one or two seconds; a worker too
+    slow for the offer spreads them.
 
     >>> spells = slow_spells([(0.2, 0.3), (0.7, 0.2), (5.1, 0.15), (6.0, 0.01)])
     >>> spells["n"], spells["seconds"], spells["worst_second"], spells["worst_second_at"]
