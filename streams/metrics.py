@@ -32,6 +32,11 @@ SCORE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 LAG_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 86400.0)
 BATCH_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2000)
+#: A checkpoint's steps, in order: its states built on the event loop, then, in the
+#: background, the acks of the outputs it covers, its rows built in its thread, the
+#: changelog, the DuckDB transaction, a changelog roll (only when one is due) and the group
+#: offsets' commit.
+CHECKPOINT_STEPS = ("states", "acks", "rows", "changelog", "duckdb", "roll", "group")
 CHECKPOINT_BUCKETS = (1, 10, 100, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000)
 TURN_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 
@@ -58,6 +63,7 @@ LABEL_VALUES: dict[str, dict[str, tuple[str, ...]]] = {
     "active_sessions": {"mode": _values(Mode)},
     "baseline_versions": {"kind": _values(BaselineKind)},
     "outputs": {"topic": tuple(OUTPUT_TOPICS.values())},
+    "checkpoint_steps": {"step": CHECKPOINT_STEPS},
 }
 
 
@@ -95,6 +101,7 @@ class Metrics:
     worker_ready: Gauge
     checkpoint_seconds: Histogram
     checkpoint_records: Histogram
+    checkpoint_steps: Histogram
     restore_seconds: Histogram
     broker_reachable: Gauge
     changelog_bytes: Counter
@@ -260,6 +267,11 @@ def build_metrics(registry: CollectorRegistry) -> Metrics:
         checkpoint_records=Histogram(
             "continuity_checkpoint_records", "Input records covered by one checkpoint",
             buckets=CHECKPOINT_BUCKETS, registry=r),
+        checkpoint_steps=Histogram(
+            "continuity_checkpoint_step_seconds",
+            "Time of each step of one checkpoint (states on the event loop; acks, rows, "
+            "changelog, duckdb, roll when due, group in the background)",
+            ["step"], buckets=LATENCY_BUCKETS, registry=r),
         broker_reachable=Gauge(
             "continuity_broker_reachable",
             "1 while the broker answers and takes what the worker sends; 0 while it waits",

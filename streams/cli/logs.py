@@ -17,8 +17,7 @@ class JsonFormatter(logging.Formatter):
                                "logger": record.name, "msg": record.getMessage()}
         for key in ("partitions", "bootstrap", "port", "topics", "offset", "error_type",
                     "generation", "records", "bytes", "deltas", "seconds", "worker",
-                    "exit_code", "repeated", "last_offset", "reason", "states", "take_ms",
-                    "commit_ms", "steps"):
+                    "exit_code", "repeated", "last_offset", "reason", "states", "steps_ms"):
             if hasattr(record, key):
                 out[key] = getattr(record, key)
         if record.exc_info:

@@ -63,7 +63,7 @@ class Checkpoints:
         """Input records processed since the last checkpoint."""
         self._last = time.monotonic()
         self._inflight: asyncio.Task[None] | None = None
-        self._take_ms = 0.0
+        self._take_s = 0.0
         """How long the last checkpoint's states took to build on the loop."""
 
     @property
@@ -94,7 +94,8 @@ class Checkpoints:
         await self.settle()
         taking = time.monotonic()
         write = self.engine.take_checkpoint()
-        self._take_ms = 1e3 * (time.monotonic() - taking)
+        self._take_s = time.monotonic() - taking
+        self.metrics.checkpoint_steps.labels("states").observe(self._take_s)
         erased, self._erased = self._erased, set()
         records, self.records = self.records, 0
         sent = self.publisher.take_unacked()
@@ -122,25 +123,27 @@ class Checkpoints:
         crash in between replays the erasure instead of restoring erased values.
         """
         started = time.monotonic()
-        steps: dict[str, float] = {}
+        ends: list[tuple[str, float]] = []  # each step's name and when it ended, in order
         store, changelog = self.store, self.changelog
         try:
             await self.publisher.acked(sent)
-            steps["acks_ms"] = time.monotonic()
+            ends.append(("acks", time.monotonic()))
             rows, deltas = await asyncio.to_thread(_rows_and_deltas, store, write, erased)
-            steps["rows_ms"] = time.monotonic()
+            ends.append(("rows", time.monotonic()))
             self.metrics.changelog_bytes.inc(await self._until_done(
                 "writing the changelog", lambda: changelog.append(deltas)))
-            steps["changelog_ms"] = time.monotonic()
+            ends.append(("changelog", time.monotonic()))
             await asyncio.to_thread(store.apply_rows, rows)
-            steps["duckdb_ms"] = time.monotonic()
+            ends.append(("duckdb", time.monotonic()))
             owned = self.engine.partitions
-            for p in sorted((erased | set(changelog.due())) & owned):
+            rolls = sorted((erased | set(changelog.due())) & owned)
+            for p in rolls:
                 self.metrics.changelog_bytes.inc(await self._until_done(
                     "rolling the changelog", partial(changelog.roll, p, store)))
             if erased:
                 await asyncio.to_thread(store.compact)
-            steps["roll_ms"] = time.monotonic()
+            if rolls or erased:
+                ends.append(("roll", time.monotonic()))
             offsets = {TopicPartition(topics.INPUT, p): o for p, o in write.offsets.items()
                        if p in owned}
             if offsets:
@@ -151,17 +154,18 @@ class Checkpoints:
                                 extra={"error_type": type(exc).__name__})
         except Exception:  # noqa: BLE001 - logged and ended in exit_for_replay
             exit_for_replay("checkpoint failed")
-        ended = steps["group_ms"] = time.monotonic()
-        self.metrics.checkpoint_seconds.observe(ended - started)
+        ends.append(("group", time.monotonic()))
+        self.metrics.checkpoint_seconds.observe(ends[-1][1] - started)
         self.metrics.checkpoint_records.observe(records)
+        steps, since = {"states": self._take_s}, started
+        for step, end in ends:
+            steps[step], since = end - since, end
+            self.metrics.checkpoint_steps.labels(step).observe(steps[step])
         # When it ran, what it covered and how long each step took (the roll with the
         # compaction after an erasure): to match a spell of slow outputs with a checkpoint.
-        since = started
-        for step, at in steps.items():
-            steps[step], since = round(1e3 * (at - since), 1), at
         log.debug("checkpoint committed", extra={
-            "records": records, "states": len(write.states), "take_ms": round(self._take_ms, 1),
-            "commit_ms": round(1e3 * (ended - started), 1), "steps": steps})
+            "records": records, "states": len(write.states),
+            "steps_ms": {step: round(1e3 * seconds, 1) for step, seconds in steps.items()}})
 
     async def _until_done(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         return await self.broker.until_done(what, attempt)
