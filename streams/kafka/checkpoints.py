@@ -63,8 +63,6 @@ class Checkpoints:
         """Input records processed since the last checkpoint."""
         self._last = time.monotonic()
         self._inflight: asyncio.Task[None] | None = None
-        self._take_s = 0.0
-        """How long the last checkpoint's states took to build on the loop."""
 
     @property
     def in_flight(self) -> bool:
@@ -94,13 +92,12 @@ class Checkpoints:
         await self.settle()
         taking = time.monotonic()
         write = self.engine.take_checkpoint()
-        self._take_s = time.monotonic() - taking
-        self.metrics.checkpoint_steps.labels("states").observe(self._take_s)
+        took = time.monotonic() - taking  # the states, built on the loop
         erased, self._erased = self._erased, set()
         records, self.records = self.records, 0
         sent = self.publisher.take_unacked()
         self._last = time.monotonic()
-        task = asyncio.create_task(self._commit(write, erased, records, sent))
+        task = asyncio.create_task(self._commit(write, erased, records, sent, took))
         if wait or erased:
             await task
         else:
@@ -112,10 +109,11 @@ class Checkpoints:
         if task is not None:
             await task
 
-    async def _commit(self, write: BatchWrite, erased: set[int], records: int, sent: Sent
-                      ) -> None:
+    async def _commit(self, write: BatchWrite, erased: set[int], records: int, sent: Sent,
+                      took: float) -> None:
         """The acks of the outputs it covers, then the changelog, then DuckDB, then the
-        group: each is at least as new as the next.
+        group: each is at least as new as the next. ``took`` is how long its states took to
+        build on the loop (timed with the steps here).
 
         A partition with an erasure writes no delta: after DuckDB's commit it rolls to
         a new generation, whose snapshot carries the erasure, and the old one is
@@ -157,10 +155,11 @@ class Checkpoints:
         ends.append(("group", time.monotonic()))
         self.metrics.checkpoint_seconds.observe(ends[-1][1] - started)
         self.metrics.checkpoint_records.observe(records)
-        steps, since = {"states": self._take_s}, started
+        steps, since = {"states": took}, started
         for step, end in ends:
             steps[step], since = end - since, end
-            self.metrics.checkpoint_steps.labels(step).observe(steps[step])
+        for step, seconds in steps.items():
+            self.metrics.checkpoint_steps.labels(step).observe(seconds)
         # When it ran, what it covered and how long each step took (the roll with the
         # compaction after an erasure): to match a spell of slow outputs with a checkpoint.
         log.debug("checkpoint committed", extra={
