@@ -333,15 +333,18 @@ def start_worker(broker: Broker, tmp_path: Path) -> Iterator[Callable[..., Worke
         w.stop()
 
 
-def events_processed(worker: WorkerProcess) -> float:
-    """Accepted events so far, from the worker's own metrics."""
+def samples(worker: WorkerProcess, family: str, suffix: str) -> list[tuple[dict[str, str], float]]:
+    """The labels and value of each sample of a metric ``family`` of the worker whose name
+    ends in ``suffix`` (``_total``, ``_count``...), from its ``/metrics``."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    total = 0.0
-    for family in text_string_to_metric_families(worker.metrics_text()):
-        if family.name == "continuity_events":
-            total += sum(s.value for s in family.samples if s.name.endswith("_total"))
-    return total
+    return [(s.labels, s.value) for f in text_string_to_metric_families(worker.metrics_text())
+            if f.name == family for s in f.samples if s.name.endswith(suffix)]
+
+
+def events_processed(worker: WorkerProcess) -> float:
+    """Accepted events so far, from the worker's own metrics."""
+    return sum(value for _, value in samples(worker, "continuity_events", "_total"))
 
 
 def output_ids(messages: list[dict[str, Any]]) -> set[str]:

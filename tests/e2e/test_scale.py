@@ -25,6 +25,7 @@ from tests.conftest import (
     WorkerProcess,
     published_ids,
     replay_ids,
+    samples,
     wait_until,
 )
 from tests.e2e.group import owned, settled
@@ -211,12 +212,8 @@ def test_any_worker_answers_the_review_api_for_any_user(broker, start_worker):
 
 def _step_counts(worker: WorkerProcess) -> dict[str, float]:
     """How many times each checkpoint step was timed, from the worker's metrics."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    return {s.labels["step"]: s.value
-            for family in text_string_to_metric_families(worker.metrics_text())
-            if family.name == "continuity_checkpoint_step_seconds"
-            for s in family.samples if s.name.endswith("_count")}
+    return {labels["step"]: value for labels, value
+            in samples(worker, "continuity_checkpoint_step_seconds", "_count")}
 
 
 def test_readyz_is_503_while_a_partition_is_restored(broker, start_worker):
