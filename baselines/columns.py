@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pyarrow as pa
 
-from baselines.snapshot import encode_state
+from baselines.snapshot import encode_state, encode_taken
 from drift.baseline import (
     AttunementBaseline,
     Baseline,
@@ -38,6 +38,9 @@ from drift.features import WindowStats
 from drift.model import BaselineKind, Mode, ModelTriple
 from drift.outputs import SessionSummary
 from drift.state import UserState
+
+if TYPE_CHECKING:  # a state taken from the kernel's columns, read by attribute
+    from drift.kernel.parts import TakenState
 
 
 def plain_values(value: object) -> object:
@@ -121,15 +124,28 @@ def by_user(rows: Sequence[Sequence[Any]]) -> dict[str, UserBaselines]:
     return result
 
 
-def state_table(states: dict[str, tuple[int, UserState]], as_of: dict[str, int]
+def state_table(states: dict[str, tuple[int, UserState | TakenState]], as_of: dict[str, int]
                 ) -> pa.Table:
     """``user_state`` rows: each user's partition, encoded state and the offset of their
-    partition that the state reflects the log up to."""
+    partition that the state reflects the log up to. A state taken from the kernel's columns
+    (:func:`drift.kernel.parts.take_slots`) is encoded from them, with the others taken with
+    it (:func:`~baselines.snapshot.encode_taken`)."""
     users = list(states)
+    taken: dict[int, list[bytes]] = {}
+    blobs = []
+    for u in users:
+        state = states[u][1]
+        if isinstance(state, UserState):
+            blobs.append(encode_state(state))
+            continue
+        of = taken.get(id(state.taken))
+        if of is None:
+            of = taken[id(state.taken)] = encode_taken(state.taken)
+        blobs.append(of[state.i])
     return pa.table({
         "partition": pa.array([states[u][0] for u in users], pa.int32()),
         "user_id": pa.array(users, pa.string()),
-        "state": pa.array([encode_state(states[u][1]) for u in users], pa.binary()),
+        "state": pa.array(blobs, pa.binary()),
         "clock": pa.array([states[u][1].clock_s for u in users], pa.float64()),
         "as_of": pa.array([as_of.get(u, 0) for u in users], pa.int64()),
     })

@@ -1,7 +1,8 @@
-"""The persisted shape of a user's state, versioned, and the state of the first release.
+"""The persisted shape of a user's state, versioned.
 
 A snapshot is msgpack. Version 1 is what the first release wrote: the in-memory
-state encoded as a map, field by field, with no version. From version 2 on a
+state encoded as a map, field by field, with no version (:mod:`baselines.snapshot_v1`
+reads it). From version 2 on a
 snapshot is an array whose first element is its version, so any reader can tell
 what it holds; its layout is :class:`UserSnapshot` and never follows the
 in-memory types by accident. :func:`decode_state` reads every version.
@@ -12,16 +13,20 @@ look, the early window and the late profile are mostly the same turns (the late 
 the current look's tail), so the distinct rows are one string of doubles and each list is a
 string of indices into them. Doubles are stored bit for bit (little-endian), so a state
 round-trips exactly.
+
+A checkpoint encodes most of its states from the kernel's columns (:func:`encode_taken`),
+without the state objects: the same bytes as :func:`encode_state` of each.
 """
 
 from __future__ import annotations
 
 import struct
 import sys
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import msgspec
 
+from baselines.snapshot_v1 import V1User, from_v1
 from drift.ladder import LadderState
 from drift.model import FEATURES, BaselineKind, Mode, ModelTriple, Tier
 from drift.state import (
@@ -33,6 +38,9 @@ from drift.state import (
     UserState,
     WindowSums,
 )
+
+if TYPE_CHECKING:  # the columns are read by attribute: no import of the kernel at run time
+    from drift.kernel.parts import TakenSlots
 
 VERSION = 3
 _MSGPACK_MAPS = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
@@ -142,20 +150,30 @@ _ROW = struct.Struct(f"<{len(FEATURES)}d")
 _SUMS = struct.Struct(f"<{2 * len(FEATURES)}d")
 
 
-def _session_snapshot(s: SessionState) -> _V3Session:
-    m, t, mc = s.model, s.turns, s.model_change
+def _session_snapshot(s: SessionState, last_s: float, guard: tuple[tuple[str, ...], int, bool],
+                      n_turns: int, windows: _Windows, rows: tuple[_Rows, bytes, bytes]
+                      ) -> _V3Session:
+    """``s`` with the parts given: from the state itself (:func:`_session_of`), or from the
+    columns that hold them newer (:func:`encode_taken`)."""
+    m, mc = s.model, s.model_change
     return _Session(
-        s.session_id, s.mode, s.started_s, s.last_s,
+        s.session_id, s.mode, s.started_s, last_s,
         (m.model_version, m.tokenizer_id, m.precision_tag, m.adapter_id), s.safety,
-        s.ephemeral, s.foldable, t.n_turns, t.looks,
-        _Windows(tuple(w.n for w in t.windows),
-                 _without_zero_tail(b"".join(_SUMS.pack(*w.total, *w.squares)
-                                             for w in t.windows))),
-        *_packed_rows(t), dict(s.referenced), dict(s.affirmed), s.guard.blocking,
-        s.guard.high_res_streak, s.guard.high_res_block,
+        s.ephemeral, s.foldable, n_turns, s.turns.looks, windows, *rows,
+        dict(s.referenced), dict(s.affirmed), *guard,
         (mc.detected, mc.notice_shown, mc.reattune_done, mc.reattune_completed,
          mc.disclosure_checked),
         s.scores, s.max_tier, s.reattune_quality)
+
+
+def _session_of(s: SessionState) -> _V3Session:
+    t, g = s.turns, s.guard
+    return _session_snapshot(
+        s, s.last_s, (g.blocking, g.high_res_streak, g.high_res_block), t.n_turns,
+        _Windows(tuple(w.n for w in t.windows),
+                 _without_zero_tail(b"".join(_SUMS.pack(*w.total, *w.squares)
+                                             for w in t.windows))),
+        _packed_rows(t))
 
 
 def _packed_rows(t: TurnLog) -> tuple[_Rows, bytes, bytes]:
@@ -176,11 +194,12 @@ def _without_zero_tail(sums: bytes) -> bytes:
 
     >>> _without_zero_tail(_SUMS.pack(*[1.0] * 12) + bytes(_SUMS.size)) == _SUMS.pack(*[1.0] * 12)
     True
+    >>> _without_zero_tail(_SUMS.pack(*[0.0] * 11, 1.0) + bytes(_SUMS.size)) == _SUMS.pack(
+    ...     *[0.0] * 11, 1.0)
+    True
     """
-    n = len(sums)
-    while n and not any(sums[n - _SUMS.size:n]):
-        n -= _SUMS.size
-    return sums[:n]
+    kept = -(-len(sums.rstrip(b"\0")) // _SUMS.size)  # the windows up to the last non-zero byte
+    return sums[:kept * _SUMS.size]
 
 
 def _index_width(distinct: int) -> int:
@@ -237,20 +256,75 @@ def encode_state(state: UserState) -> bytes:
     >>> decode_state(blob) == UserState("u1", Mode.FULL, clock_s=5.0, durable=True)
     True
     """
+    return _encoder.encode(_user_snapshot(
+        state, state.clock_s, state.recent.ring,
+        _session_of(state.session) if state.session is not None else None))
+
+
+def _user_snapshot(state: UserState, clock_s: float, ring: bytes, session: _V3Session | None
+                   ) -> UserSnapshot[_V3Session]:
     lad = state.ladder
-    return _encoder.encode(UserSnapshot(
-        VERSION, state.user_id, state.mode, state.clock_s, state.last_used_s, state.recent.ring,
-        _session_snapshot(state.session) if state.session is not None else None,
+    return UserSnapshot(
+        VERSION, state.user_id, state.mode, clock_s, state.last_used_s, ring, session,
         lad.session_tier, lad.prompted, lad.hold,
         tuple(sorted(lad.hold_kinds, key=lambda k: k.value)), lad.hold_cause,
         state.reattune_required, state.low_streak, state.escalated, state.durable,
-        state.rebaseline_attunement))
+        state.rebaseline_attunement)
+
+
+def encode_taken(taken: TakenSlots) -> list[bytes]:
+    """The current snapshot version of each state in ``taken``, the users' states as the
+    columns held them (:func:`drift.kernel.parts.take_slots`): byte for byte
+    :func:`encode_state` of the state built from the slot, without building it.
+
+    >>> from drift.kernel import UserColumns
+    >>> from drift.kernel.parts import take_slots
+    >>> from drift.model import DriftConfig
+    >>> from drift.state import RecentEvents
+    >>> cols = UserColumns(DriftConfig())
+    >>> state = UserState("u", Mode.FULL, clock_s=5.0, durable=True,
+    ...                   recent=RecentEvents().remember("e1", 128))
+    >>> cols.states["u"] = state
+    >>> cols.strip("u")
+    >>> encode_taken(take_slots(cols, ["u"])[0]) == [encode_state(state)]
+    True
+    """
+    sums = taken.sums.astype("<f8", copy=False).tobytes()
+    distinct = taken.distinct.astype("<f8", copy=False).tobytes()
+    index = taken.index.astype("<u2", copy=False).tobytes()
+    s_width, d_width, i_width = (taken.sums.shape[1] * 8, taken.distinct.shape[1] * 8,
+                                 taken.index.shape[1] * 2)
+    at_current, at_early, at_late = (2 * k for k in taken.index_at)
+    out = []
+    for i, state in enumerate(taken.shells):
+        session = state.session
+        snapshot = None
+        if session is not None and taken.in_columns[i]:
+            n_current, n_early, n_late = taken.counts[i]
+            n_distinct = taken.n_distinct[i]
+            idx = index[i * i_width:(i + 1) * i_width]
+            parts = (idx[at_current:at_current + 2 * n_current],
+                     idx[at_early:at_early + 2 * n_early], idx[at_late:at_late + 2 * n_late])
+            if _index_width(n_distinct) == 1:  # the low byte of each little-endian index
+                parts = (parts[0][::2], parts[1][::2], parts[2][::2])
+            rows = distinct[i * d_width:i * d_width + n_distinct * _ROW.size]
+            snapshot = _session_snapshot(
+                session, taken.last_s[i], (taken.blocking[i], taken.streaks[i],
+                                           taken.high_res[i]), taken.n_turns[i],
+                _Windows(tuple(taken.window_n[i]),
+                         _without_zero_tail(sums[i * s_width:(i + 1) * s_width])),
+                (_Rows(rows, parts[0]), parts[1], parts[2]))
+        elif session is not None:
+            snapshot = _session_of(session)
+        out.append(_encoder.encode(_user_snapshot(state, taken.clocks[i], taken.rings[i],
+                                                  snapshot)))
+    return out
 
 
 def decode_state(data: bytes) -> UserState:
     """A state from a snapshot of any version."""
     if data[:1] and data[0] in _MSGPACK_MAPS:
-        return _from_v1(msgspec.msgpack.decode(data, type=_V1User))
+        return from_v1(msgspec.msgpack.decode(data, type=V1User))
     version = _version_decoder.decode(data).version
     if version > VERSION:
         raise ValueError(f"user state snapshot version {version} is newer than this "
@@ -263,99 +337,3 @@ def decode_state(data: bytes) -> UserState:
                     snap.hold_cause),
         snap.reattune_required, snap.low_streak, snap.escalated, snap.durable,
         snap.rebaseline_attunement)
-
-
-# ------------------------------------------------------------------ version 1 (first release)
-
-
-class _V1Model(msgspec.Struct):
-    model_version: str
-    tokenizer_id: str
-    precision_tag: str
-    adapter_id: str | None = None
-
-
-class _V1Window(msgspec.Struct):
-    n: int
-    total: list[float]
-    squares: list[float]
-
-
-class _V1Session(msgspec.Struct):
-    session_id: str
-    mode: Mode
-    started_s: float
-    last_s: float
-    model: _V1Model
-    safety: tuple[str, str, str]
-    ephemeral: bool
-    foldable: bool
-    n_turns: int
-    looks: int
-    windows: list[_V1Window]
-    current_rows: list[Row]
-    early_rows: list[Row]
-    late_rows: list[Row]
-    referenced: dict[str, str]
-    affirmed: dict[str, str]
-    blocking: tuple[str, ...]
-    high_res_streak: int
-    high_res_block: bool
-    model_change: bool
-    notice_shown: bool
-    reattune_done: bool
-    reattune_completed: bool
-    undisclosed_checked: bool
-
-
-class _V1Ladder(msgspec.Struct):
-    session_tier: Tier
-    prompted: bool
-    hold: bool
-    hold_kinds: frozenset[BaselineKind]
-    hold_cause: str
-
-
-class _V1User(msgspec.Struct):
-    user_id: str
-    mode: Mode | None
-    pending_mode: Mode | None
-    clock_s: float
-    last_used_s: float
-    recent_ids: dict[str, None]
-    session: _V1Session | None
-    ladder: _V1Ladder
-    reattune_required: bool
-    low_streak: int
-    escalated: bool
-    durable: bool
-    rebaseline_attunement: bool
-
-
-def _from_v1(u: _V1User) -> UserState:
-    """The first release's state. It kept no per-session score count or tier for the
-    review API (those lived in worker memory), so an open session restarts them."""
-    recent = RecentEvents()
-    for event_id in u.recent_ids:
-        recent = recent.remember(event_id, len(u.recent_ids))
-    session = None
-    if u.session is not None:
-        s = u.session
-        m = s.model
-        turns = TurnLog(s.n_turns, s.looks, tuple(WindowSums(w.n, tuple(w.total),
-                                                             tuple(w.squares))
-                                                  for w in s.windows),
-                        tuple(s.current_rows), tuple(s.early_rows), tuple(s.late_rows))
-        session = SessionState(
-            s.session_id, s.mode, s.started_s, s.last_s,
-            ModelTriple(m.model_version, m.tokenizer_id, m.precision_tag, m.adapter_id),
-            s.safety, s.ephemeral, turns, s.foldable,
-            Guard(s.blocking, s.high_res_streak, s.high_res_block),
-            ModelChangeProgress(s.model_change, s.notice_shown, s.reattune_done,
-                                s.reattune_completed, s.undisclosed_checked),
-            s.referenced, s.affirmed)
-    lad = u.ladder
-    return UserState(
-        u.user_id, u.mode, u.clock_s, u.last_used_s, recent, session,
-        LadderState(lad.session_tier, lad.prompted, lad.hold, lad.hold_kinds, lad.hold_cause),
-        u.reattune_required, u.low_streak, u.escalated, u.durable, u.rebaseline_attunement)

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
@@ -43,6 +43,9 @@ from drift.model import Mode, Tier
 from drift.outputs import ErasureCommand, ErasureResult, SessionSummary
 from drift.state import UserState
 
+if TYPE_CHECKING:  # a state taken from the kernel's columns, read by attribute
+    from drift.kernel.parts import TakenState
+
 
 @dataclass
 class BatchWrite:
@@ -50,7 +53,7 @@ class BatchWrite:
 
     topic: str
     offsets: dict[int, int] = field(default_factory=dict)
-    states: dict[str, tuple[int, UserState]] = field(default_factory=dict)
+    states: dict[str, tuple[int, UserState | TakenState]] = field(default_factory=dict)
     dropped_states: dict[str, int] = field(default_factory=dict)
     baselines: list[tuple[int, Baseline]] = field(default_factory=list)
     sessions: list[tuple[int, SessionSummary]] = field(default_factory=list)
@@ -64,7 +67,7 @@ class BatchWrite:
         return not (self.offsets or self.states or self.dropped_states or self.baselines
                     or self.sessions)
 
-    def stage_state(self, user_id: str, partition: int, state: UserState | None,
+    def stage_state(self, user_id: str, partition: int, state: UserState | TakenState | None,
                     as_of: int = 0) -> None:
         """The user's latest state to store (reflecting the partition's log up to offset
         ``as_of``), or None to drop the user's stored state."""

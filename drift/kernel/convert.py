@@ -334,18 +334,18 @@ def strip(state: UserState) -> UserState:
     return evolve(state, recent=_NO_RECENT, session=session)
 
 
-def ring_bytes(ring: npt.NDArray[np.uint64], held: int, head: int) -> bytes:
-    """A slot's ring as :attr:`drift.state.RecentEvents.ring`: fingerprints oldest first.
+def ring_bytes(ring: bytes, held: int, head: int) -> bytes:
+    """A slot's ring (its fingerprints' bytes, little-endian, in the slot's order) as
+    :attr:`drift.state.RecentEvents.ring`: the ``held`` fingerprints oldest first, the
+    oldest at ``head`` once the ring is full.
 
-    >>> ring_bytes(np.array([3, 1, 2], dtype=np.uint64), 3, 1) == bytes([1] + [0] * 7
-    ...     + [2] + [0] * 7 + [3] + [0] * 7)
+    >>> ring = np.array([3, 1, 2], dtype="<u8").tobytes()
+    >>> ring_bytes(ring, 3, 1) == bytes([1] + [0] * 7 + [2] + [0] * 7 + [3] + [0] * 7)
     True
     """
     if head:
-        ring = np.concatenate((ring[head:held], ring[:head]))
-    else:
-        ring = ring[:held]
-    return ring.astype("<u8").tobytes()
+        return ring[head * _FP_BYTES:held * _FP_BYTES] + ring[:head * _FP_BYTES]
+    return ring[:held * _FP_BYTES]
 
 
 def materialize(shell: UserState, slot: int, icols: npt.NDArray[np.int64],
@@ -372,7 +372,8 @@ def materialize(shell: UserState, slot: int, icols: npt.NDArray[np.int64],
     ints = icols[slot].tolist()
     floats = fcols[slot].tolist()
     flags = ints[I_FLAGS]
-    recent = RecentEvents(ring_bytes(rings[slot], ints[I_RING_LEN], ints[I_RING_HEAD]))
+    recent = RecentEvents(ring_bytes(rings[slot].astype("<u8", copy=False).tobytes(),
+                                      ints[I_RING_LEN], ints[I_RING_HEAD]))
     session = shell.session
     if session is None or not flags & DIRTY_SESSION:
         return evolve(shell, clock_s=floats[F_CLOCK], recent=recent)
