@@ -34,6 +34,7 @@ from drift.kernel.layout import (
     I_EARLY,
     I_FLAGS,
     I_LATE,
+    I_MODE,
     I_RING_HEAD,
     I_RING_LEN,
     I_SESSION,
@@ -160,6 +161,19 @@ def _update_ring(old: bytes, ring: bytes, slot: int, icols: npt.NDArray[np.int64
     return False
 
 
+def mode_rank(state: UserState) -> int:
+    """What a slot holds of the user's mode (``I_MODE``): its rank where it keeps baselines,
+    -1 otherwise, so that a session start in a lower mode (which may erase them) is one of
+    a lower rank.
+
+    >>> from drift.model import Mode
+    >>> mode_rank(UserState("u", Mode.FULL)), mode_rank(UserState("u", Mode.SESSION_ONLY))
+    (3, -1)
+    """
+    mode = state.mode
+    return mode.rank if mode is not None and mode.keeps_baselines else -1
+
+
 def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.int64],
          fcols: npt.NDArray[np.float64], tcols: npt.NDArray[np.float64],
          rings: npt.NDArray[np.uint64], g: Geometry, session_code: Callable[[str], int],
@@ -240,6 +254,7 @@ def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.
         row[I_RING_LEN] = held
         row[I_RING_HEAD] = 0
     row[I_FLAGS] = flags
+    row[I_MODE] = mode_rank(state)
     row[I_STREAK] = streak
     row[I_BLOCKING] = max(mask, 0)
     row[I_SESSION] = code
@@ -274,7 +289,7 @@ def load_opened(state: UserState, expire_at_s: float, slot: int, icols: npt.NDAr
     ints = [0] * g.i_width
     ints[I_FLAGS], ints[I_RING_LEN], ints[I_RING_HEAD] = flags, row[I_RING_LEN], row[I_RING_HEAD]
     ints[I_STREAK], ints[I_BLOCKING], ints[I_TROW] = guard.high_res_streak, mask, trow
-    ints[I_SESSION] = session_code(session.session_id)
+    ints[I_SESSION], ints[I_MODE] = session_code(session.session_id), mode_rank(state)
     icols[slot] = ints
     tcols[trow] = 0.0
     fcols[slot] = (fcols[slot, F_CLOCK], session.last_s, expire_at_s, session.started_s)

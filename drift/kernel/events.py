@@ -21,7 +21,9 @@ from drift.governance import BLOCKING_SEVERITIES
 from drift.kernel.columns import UserColumns
 from drift.kernel.layout import (
     EV_EPHEMERAL,
+    EV_RANK_SHIFT,
     EV_REFLECTION,
+    EV_START,
     KIND_END,
     KIND_MAY_ERASE,
     KIND_OTHER,
@@ -134,6 +136,8 @@ class EventColumns:
             else:
                 kinds.append(_kind(body, e.ephemeral))
                 rows += _NO_ROW
+                if type(body) is SessionStart:  # whether it may erase is read in the columns
+                    f |= EV_START | body.mode.rank << EV_RANK_SHIFT
             flags.append(f)
         for s in set(slots):
             columns.bind_session(s)

@@ -36,7 +36,9 @@ I_STREAK = 7  # Guard.high_res_streak
 I_BLOCKING = 8  # Guard.blocking as a bit mask (BLOCKING_NAMES order)
 I_SESSION = 9  # the open session's id as a code of the running batch
 I_TROW = 10  # the open session's row of tcols (its turn log), -1 for none
-I_WINDOW_N = 11  # WindowSums.n of each window, then nothing after
+I_MODE = 11  # the user's Mode.rank where the mode keeps baselines, -1 otherwise: a session
+# start in a lower mode may erase them (drift.fold.may_erase)
+I_WINDOW_N = 12  # WindowSums.n of each window, then nothing after
 # fcols: one float64 row per slot.
 F_CLOCK = 0
 F_LAST = 1  # SessionState.last_s
@@ -70,6 +72,8 @@ KIND_END = 5  # session_end
 EV_EPHEMERAL = 1
 EV_BLOCKING_SHIFT = 1  # BLOCKING_NAMES bits start at bit 1 of an event's flags
 EV_REFLECTION = 64
+EV_START = 128  # a session_start (of any kind): its mode's rank is at EV_RANK_SHIFT
+EV_RANK_SHIFT = 8
 
 # Kernel results per event.
 ST_PENDING = 0
@@ -136,7 +140,7 @@ class Geometry:
     >>> g.windows, g.current, g.early, g.late, g.ring, g.supported
     (3, 5, 5, 3, 128, True)
     >>> g.t_current, g.t_early, g.t_late, g.t_width, g.i_width
-    (36, 66, 96, 114, 14)
+    (36, 66, 96, 114, 15)
     """
 
     windows: int

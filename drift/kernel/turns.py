@@ -52,7 +52,9 @@ from drift.kernel.layout import (
     DIRTY_USER,
     EV_BLOCKING_SHIFT,
     EV_EPHEMERAL,
+    EV_RANK_SHIFT,
     EV_REFLECTION,
+    EV_START,
     F_CLOCK,
     F_EXPIRE,
     F_LAST,
@@ -64,6 +66,7 @@ from drift.kernel.layout import (
     I_EARLY,
     I_FLAGS,
     I_LATE,
+    I_MODE,
     I_RING_HEAD,
     I_RING_LEN,
     I_SESSION,
@@ -94,7 +97,7 @@ _SIGNATURE = ("i8(i8, b1, i8, i8[::1], i8[::1], f8[::1], u8[::1], i8[::1], i8[::
               "f8[:, ::1], i8[::1], i1[::1], i8[::1], i8[::1], i8[:, ::1], f8[:, ::1], "
               "f8[:, ::1], u8[:, ::1], i8[::1], f8[::1], i8[:, ::1], f8[:, ::1], f8[:, ::1], "
               "u8[:, ::1])")
-_TAKE = ("i1(i8, i8, b1, i8[::1], i8[::1], f8[::1], u8[::1], i8[::1], i8[::1], f8[:, ::1], "
+_TAKE = ("i1(i8, i8, i8[::1], i8[::1], f8[::1], u8[::1], i8[::1], i8[::1], f8[:, ::1], "
          "i8[:, ::1], f8[:, ::1], f8[:, ::1], u8[:, ::1], i8[::1], f8[::1], i8[:, ::1], "
          "f8[:, ::1], f8[:, ::1], u8[:, ::1])")
 
@@ -140,7 +143,7 @@ def _add_turn(s: int, i: int, n_turns: int, ev_rows: npt.NDArray[np.float64],
 
 # _take is given the arrays apply_turns is, one by one: numba types each argument.
 @compiled(_TAKE)
-def _take(i: int, save: int, stop_before_erasure: bool,
+def _take(i: int, save: int,
           ev_slot: npt.NDArray[np.int64], ev_kind: npt.NDArray[np.int64],
           ev_ts: npt.NDArray[np.float64], ev_fp: npt.NDArray[np.uint64],
           ev_session: npt.NDArray[np.int64], ev_flags: npt.NDArray[np.int64],
@@ -168,8 +171,6 @@ def _take(i: int, save: int, stop_before_erasure: bool,
     ts = max(ts, clock)  # max(event.ts_s, state.clock_s)
     kind = ev_kind[i]
     expiry_near = ts >= fcols[s, F_EXPIRE]
-    if stop_before_erasure and (kind == KIND_MAY_ERASE or kind == KIND_START or expiry_near):
-        return ST_PENDING
     fp = ev_fp[i]
     ring_len = icols[s, I_RING_LEN]
     for k in range(ring_len):
@@ -250,6 +251,27 @@ def _take(i: int, save: int, stop_before_erasure: bool,
     return ST_SCORED if scored else ST_APPLIED
 
 
+@compiled("b1(i8, i8[::1], i8[::1], f8[::1], i8[::1], i8[:, ::1], f8[:, ::1])")
+def _may_erase(i: int, ev_slot: npt.NDArray[np.int64], ev_kind: npt.NDArray[np.int64],
+               ev_ts: npt.NDArray[np.float64], ev_flags: npt.NDArray[np.int64],
+               icols: npt.NDArray[np.int64], fcols: npt.NDArray[np.float64]) -> bool:
+    """Whether event ``i`` may erase stored baselines, read in its slot's columns (the slot
+    as its user's events before it left it): a superset of :func:`drift.fold.may_erase`.
+    An erase request or a mode change may (``KIND_MAY_ERASE``); a session start may where
+    its mode's rank is below the user's mode that keeps baselines (``I_MODE``); any event
+    may from its slot's expiry hint on; and any event of a slot the columns cannot hold.
+    """
+    s = ev_slot[i]
+    if icols[s, I_FLAGS] & PY_ONLY:
+        return True
+    if max(ev_ts[i], fcols[s, F_CLOCK]) >= fcols[s, F_EXPIRE]:
+        return True
+    flags = ev_flags[i]
+    if flags & EV_START:
+        return bool((flags >> EV_RANK_SHIFT) & 3 < icols[s, I_MODE])
+    return bool(ev_kind[i] == KIND_MAY_ERASE)
+
+
 @compiled(_SIGNATURE)
 def apply_turns(start: int, stop_before_erasure: bool, pass_no: int,
                 ev_slot: npt.NDArray[np.int64], ev_kind: npt.NDArray[np.int64],
@@ -275,8 +297,8 @@ def apply_turns(start: int, stop_before_erasure: bool, pass_no: int,
 
     Returns the number of events, or, with ``stop_before_erasure``, the index of the first
     event that may erase (:func:`drift.fold.may_erase` decides exactly; the kernel stops at
-    a superset: every hand-off, and every event of a parked user): the caller applies the
-    events before it first, and then decides on it, so none after it is applied before.
+    a superset, :func:`_may_erase`, and at every event of a parked user): the caller applies
+    the events before it first, and then decides on it, so none after it is applied before.
 
     >>> from drift.kernel.columns import UserColumns
     >>> from drift.kernel.events import EventColumns
@@ -298,14 +320,15 @@ def apply_turns(start: int, stop_before_erasure: bool, pass_no: int,
         u = ev_user[i]
         if parked[u] == pass_no:
             if stop_before_erasure:
-                return i
+                return i  # whether it may erase depends on its user's event before it
             continue
-        st = _take(i, saves, stop_before_erasure, ev_slot, ev_kind, ev_ts, ev_fp, ev_session,
-                   ev_flags, ev_rows, icols, fcols, tcols, rings, geom, params, saved_i,
-                   saved_f, saved_t, saved_r)
+        if stop_before_erasure and _may_erase(i, ev_slot, ev_kind, ev_ts, ev_flags, icols,
+                                              fcols):
+            return i
+        st = _take(i, saves, ev_slot, ev_kind, ev_ts, ev_fp, ev_session, ev_flags, ev_rows,
+                   icols, fcols, tcols, rings, geom, params, saved_i, saved_f, saved_t,
+                   saved_r)
         if st == ST_PENDING:
-            if stop_before_erasure:
-                return i
             st = ST_HANDOFF
             parked[u] = pass_no
         elif st != ST_APPLIED and st != ST_DUPLICATE:

@@ -94,6 +94,27 @@ def _first_erasure(events: list[FhrEvent], states: dict[str, UserState],
     return None
 
 
+def test_with_a_checkpoint_in_flight_the_kernel_takes_what_cannot_erase() -> None:
+    """Session starts that keep their user's mode (or raise it) cannot erase: with a
+    checkpoint in flight the kernel takes them as it does without one, and a start in a
+    lower mode is where it stops."""
+    full = [Plan(Mode.FULL, 0, "g1", 7, 0.0, (), True, 60.0)] * 3
+    events = users_log([full, full, [Plan(Mode.LIGHT, 0, "g1", 7, 0.0, (), True, 60.0),
+                                     *full]], 0, 0, 5)
+    config = DriftConfig()
+    stopped, plain = UserColumns(config), UserColumns(config)
+    done = fold_batch(stopped, events, config, stop_before_erasure=True)
+    free = fold_batch(plain, events, config)
+    assert done.stopped_at is None and done.handoffs == free.handoffs
+    assert [done.effects(k) for k in range(len(events))] == \
+        [free.effects(k) for k in range(len(events))]
+    lower = evolve(events[0], event_id="later", ts_s=events[-1].ts_s + 60.0,
+                   session_id="s-light", body=evolve(events[0].body, mode=Mode.LIGHT))
+    assert may_erase(stopped.states[lower.user_id], stopped.baselines[lower.user_id], lower,
+                     config)
+    assert fold_batch(stopped, [lower], config, stop_before_erasure=True).stopped_at == 0
+
+
 def test_an_event_the_reference_raises_on_leaves_the_state_as_it_was() -> None:
     bad = FhrEvent("bad", "turn", 2.0, "u", "s0", False,
                    Turn.neutral(1, user_tokens="x"))
