@@ -49,6 +49,7 @@ from drift.kernel.layout import (
     Geometry,
     blocking_mask,
     blocking_names,
+    mode_rank,
 )
 from drift.state import Guard, RecentEvents, Row, TurnLog, UserState, WindowSums
 
@@ -159,19 +160,6 @@ def _update_ring(old: bytes, ring: bytes, slot: int, icols: npt.NDArray[np.int64
         icols[slot, I_RING_HEAD] = (head + 1) % capacity
         return True
     return False
-
-
-def mode_rank(state: UserState) -> int:
-    """What a slot holds of the user's mode (``I_MODE``): its rank where it keeps baselines,
-    -1 otherwise, so that a session start in a lower mode (which may erase them) is one of
-    a lower rank.
-
-    >>> from drift.model import Mode
-    >>> mode_rank(UserState("u", Mode.FULL)), mode_rank(UserState("u", Mode.SESSION_ONLY))
-    (3, -1)
-    """
-    mode = state.mode
-    return mode.rank if mode is not None and mode.keeps_baselines else -1
 
 
 def load(state: UserState, expire_at_s: float, slot: int, icols: npt.NDArray[np.int64],

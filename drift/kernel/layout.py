@@ -115,6 +115,19 @@ def blocking_names(mask: int) -> tuple[str, ...]:
     return _NAMES[mask]
 
 
+def mode_rank(state: UserState) -> int:
+    """What a slot holds of the user's mode (``I_MODE``): its rank where it keeps baselines,
+    -1 otherwise, so that a session start in a lower mode (which may erase them) is one of
+    a lower rank.
+
+    >>> from drift.model import Mode
+    >>> mode_rank(UserState("u", Mode.FULL)), mode_rank(UserState("u", Mode.SESSION_ONLY))
+    (3, -1)
+    """
+    mode = state.mode
+    return mode.rank if mode is not None and mode.keeps_baselines else -1
+
+
 def expiry_hint(state: UserState, baselines: UserBaselines, config: DriftConfig) -> float:
     """An event time before which none of ``baselines`` can be past its TTL (the kernel
     hands off from there; :func:`drift.erasure.expiry_due` decides exactly).
