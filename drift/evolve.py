@@ -62,10 +62,11 @@ def evolve(value: T, **changes: Any) -> T:
     cls = type(value)
     if hasattr(value, "__dict__"):
         fields = value.__dict__
-        if not changes.keys() <= fields.keys():
+        merged = {**fields, **changes}
+        if len(merged) != len(fields):  # a name that is not a field added a key
             raise TypeError(f"{cls.__name__} has no field {min(changes.keys() - fields.keys())!r}")
         new = _NEW(cls)
-        _SET(new, "__dict__", {**fields, **changes})
+        _SET(new, "__dict__", merged)
         return new
     key = (cls, tuple(changes))
     make = _MAKERS.get(key)
