@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import msgspec
 import pyarrow as pa
@@ -41,6 +41,9 @@ from drift.state import UserState
 
 if TYPE_CHECKING:  # a state taken from the kernel's columns, read by attribute
     from drift.kernel.parts import TakenState
+
+StagedState: TypeAlias = "UserState | TakenState"
+"""A state staged for a checkpoint: its object, or its parts as the kernel's columns held them."""
 
 
 def plain_values(value: object) -> object:
@@ -124,7 +127,7 @@ def by_user(rows: Sequence[Sequence[Any]]) -> dict[str, UserBaselines]:
     return result
 
 
-def state_table(states: dict[str, tuple[int, UserState | TakenState]], as_of: dict[str, int]
+def state_table(states: dict[str, tuple[int, StagedState]], as_of: dict[str, int]
                 ) -> pa.Table:
     """``user_state`` rows: each user's partition, encoded state and the offset of their
     partition that the state reflects the log up to. A state taken from the kernel's columns

@@ -5,11 +5,10 @@ transaction per processed batch, rows inserted through Arrow tables, never a
 row at a time. The processed offset of each input partition is stored in the
 same transaction as the state it produced, so a restart resumes exactly there.
 
-:class:`BaselineStore` holds the connection, its lock and the reads; the rest is
-one module a concern: ``schema`` (migrations, tables, the compacting rewrite),
-``columns`` (typed values to Arrow tables and back), ``writes`` (rows applied,
-history pruned, partitions dropped) and ``erasure`` (tombstones and the re-reads
-that verify them).
+:class:`BaselineStore` holds the connection, its lock and the reads; the rest is one
+module a concern: ``schema`` (migrations, tables, the compacting rewrite), ``columns``
+(typed values to Arrow tables and back), ``writes`` (rows applied, history pruned,
+partitions dropped) and ``erasure`` (tombstones and the re-reads that verify them).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -27,6 +26,7 @@ import pyarrow as pa
 from baselines import erasure, schema
 from baselines.columns import (
     BASELINE_COLUMNS,
+    StagedState,
     baseline_of,
     baseline_table,
     by_user,
@@ -43,9 +43,6 @@ from drift.model import Mode, Tier
 from drift.outputs import ErasureCommand, ErasureResult, SessionSummary
 from drift.state import UserState
 
-if TYPE_CHECKING:  # a state taken from the kernel's columns, read by attribute
-    from drift.kernel.parts import TakenState
-
 
 @dataclass
 class BatchWrite:
@@ -53,7 +50,7 @@ class BatchWrite:
 
     topic: str
     offsets: dict[int, int] = field(default_factory=dict)
-    states: dict[str, tuple[int, UserState | TakenState]] = field(default_factory=dict)
+    states: dict[str, tuple[int, StagedState]] = field(default_factory=dict)
     dropped_states: dict[str, int] = field(default_factory=dict)
     baselines: list[tuple[int, Baseline]] = field(default_factory=list)
     sessions: list[tuple[int, SessionSummary]] = field(default_factory=list)
@@ -67,7 +64,7 @@ class BatchWrite:
         return not (self.offsets or self.states or self.dropped_states or self.baselines
                     or self.sessions)
 
-    def stage_state(self, user_id: str, partition: int, state: UserState | TakenState | None,
+    def stage_state(self, user_id: str, partition: int, state: StagedState | None,
                     as_of: int = 0) -> None:
         """The user's latest state to store (reflecting the partition's log up to offset
         ``as_of``), or None to drop the user's stored state."""

@@ -351,24 +351,6 @@ def output_ids(messages: list[dict[str, Any]]) -> set[str]:
     return {m["id"] for m in messages}
 
 
-#: The outputs a worker must match the pure replay on, by kind, and their topics.
-REPLAYED = {"score": topics.SCORES, "response": topics.RESPONSES,
-            "violation": topics.VIOLATIONS}
-
-
-def replay_ids(events: list[FhrEvent]) -> dict[str, set[str]]:
-    """The ids of the pure replay's outputs of ``events``, by kind."""
-    from drift.model import DriftConfig
-    from drift.replay import replay
-
-    outs = replay(events, DriftConfig())
-    return {kind: {o.id for o in outs if o.kind.value == kind} for kind in REPLAYED}
-
-
-def published_ids(broker: Broker) -> dict[str, set[str]]:
-    return {kind: output_ids(broker.read(topic)) for kind, topic in REPLAYED.items()}
-
-
 @pytest.fixture(scope="session")
 def worker_metrics_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real worker that has processed simulated traffic of every scenario.

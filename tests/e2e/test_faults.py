@@ -18,14 +18,13 @@ from streams import topics
 from streams.broker import EmbeddedBroker, free_loopback_port
 from tests.conftest import (
     FAST,
-    REPLAYED,
     Broker,
     WorkerProcess,
     events_processed,
     output_ids,
-    replay_ids,
     wait_until,
 )
+from tests.e2e.outputs import REPLAYED, replay_ids
 from tests.faults import TcpProxy, loopback_s3
 
 #: How long the broker stays out of reach: five of the session timeouts the tests give a

@@ -40,10 +40,9 @@ from tests.conftest import (
     Broker,
     WorkerProcess,
     output_ids,
-    published_ids,
-    replay_ids,
     wait_until,
 )
+from tests.e2e.outputs import published_ids, replay_ids
 
 #: The simulated week ends today (UTC), so that dead letters, which are placed by the time the
 #: worker published them, fall in it too; ten minutes before midnight it ends tomorrow.

@@ -18,17 +18,9 @@ from pathlib import Path
 from drift.model import FhrEvent
 from drift.simulation import Scenario, SimParams, simulate
 from streams.metrics import CHECKPOINT_STEPS
-from tests.conftest import (
-    FAST,
-    REPLAYED,
-    Broker,
-    WorkerProcess,
-    published_ids,
-    replay_ids,
-    samples,
-    wait_until,
-)
+from tests.conftest import FAST, Broker, WorkerProcess, samples, wait_until
 from tests.e2e.group import owned, settled
+from tests.e2e.outputs import REPLAYED, published_ids, replay_ids
 
 
 def _events(users: int, scenarios: list[Scenario]) -> list[FhrEvent]:
