@@ -3,7 +3,7 @@
 FROM python:3.11-slim
 
 # numba's cache of the compiled kernel: filled while the image is built, so that a container
-# loads the kernel (about 0.3 s) instead of compiling it (about 4 s) before /readyz. numba
+# loads the kernels (about 0.3 s) instead of compiling them (about 9 s) before /readyz. numba
 # writes beside a module only where that folder is writable, and site-packages is not for
 # the worker's user, so the cache has a folder of its own, the worker's.
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -29,8 +29,7 @@ from collections.abc import Iterable, Mapping
 from baselines.store import BatchWrite
 from drift.baseline import UserBaselines
 from drift.fold import Step, initial
-from drift.kernel import UserColumns
-from drift.kernel.parts import TakenState, take_slots
+from drift.kernel import TakenState, UserColumns, take_slots
 from drift.kernel.views import NO_BASELINES
 from drift.model import DriftConfig
 from drift.state import UserState
