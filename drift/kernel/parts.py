@@ -123,19 +123,22 @@ def take_slots(columns: UserColumns, users: list[str]
     """The states of ``users`` (each held in ``columns``, or never seen): those whose parts
     the columns hold newer than the state object, as columns; the others' states whole (the
     object the slot holds, or :meth:`~UserColumns.state_at` of a slot whose open session's
-    mode keeps no turn log, which is rare).
+    mode keeps no turn log, or whose turn rows pass 16-bit indices: both rare).
 
     >>> from drift.model import DriftConfig, Mode
     >>> from drift.state import RecentEvents
     >>> cols = UserColumns(DriftConfig())
     >>> cols.states["u"] = UserState("u", Mode.FULL, clock_s=5.0, durable=True,
     ...                              recent=RecentEvents().remember("e1", 128))
-    >>> cols.strip("u")  # the ring and the turn log let go of: the columns hold them
+    >>> cols.strip("u")  # the state object lets its ring go: the columns hold it
     >>> taken, whole = take_slots(cols, ["u", "nobody"])
     >>> taken.users, taken.clocks, len(taken.rings[0]), list(whole)
     (['u'], [5.0], 8, ['nobody'])
     """
     index, shells, icols = columns._index, columns._shells, columns.icols
+    g = columns.geometry
+    # A turn row's rows are indexed in 16 bits: a geometry past that is built state by state.
+    indexed = g.current + g.early + g.late <= _MAX_ROWS
     whole: dict[str, UserState] = {}
     picked: list[str] = []
     slots: list[int] = []
@@ -145,7 +148,8 @@ def take_slots(columns: UserColumns, users: list[str]
         flags = int(icols[s, I_FLAGS]) if shell is not None else 0
         if shell is None or flags & PY_ONLY or not flags & (DIRTY_USER | DIRTY_SESSION):
             whole[user_id] = shell or initial(user_id)
-        elif shell.session is not None and flags & DIRTY_SESSION and not flags & BASELINING:
+        elif shell.session is not None and flags & DIRTY_SESSION and (
+                not flags & BASELINING or not indexed):
             whole[user_id] = columns.state_at(s)
         else:
             picked.append(user_id)
@@ -153,7 +157,11 @@ def take_slots(columns: UserColumns, users: list[str]
     return _taken(columns, picked, slots), whole
 
 
+_MAX_ROWS = 1 << 16
+
+
 def _taken(columns: UserColumns, users: list[str], slots: list[int]) -> TakenSlots:
+    """:class:`TakenSlots` of ``users`` at ``slots``: copies of their rows of the columns."""
     g = columns.geometry
     at = np.array(slots, dtype=np.int64)
     ints = columns.icols[at]
