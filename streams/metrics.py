@@ -32,8 +32,9 @@ SCORE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 LAG_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 86400.0)
 BATCH_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2000)
-#: A checkpoint's steps, in order: its states built on the event loop, then, in the
-#: background, the acks of the outputs it covers, its rows built in its thread, the
+#: A checkpoint's steps, in order: its states taken from the kernel's columns on the event
+#: loop, then, in the background, the acks of the outputs it covers, its rows (the states'
+#: snapshots among them) built in its thread, the
 #: changelog, the DuckDB transaction, a changelog roll (only when one is due) and the group
 #: offsets' commit.
 CHECKPOINT_STEPS = ("states", "acks", "rows", "changelog", "duckdb", "roll", "group")

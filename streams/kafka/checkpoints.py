@@ -92,7 +92,7 @@ class Checkpoints:
         await self.settle()
         taking = time.monotonic()
         write = self.engine.take_checkpoint()
-        took = time.monotonic() - taking  # the states, built on the loop
+        took = time.monotonic() - taking  # the states, taken on the loop
         erased, self._erased = self._erased, set()
         records, self.records = self.records, 0
         sent = self.publisher.take_unacked()
