@@ -33,6 +33,7 @@ from drift.state import (
     Guard,
     ModelChangeProgress,
     RecentEvents,
+    Row,
     SessionState,
     TurnLog,
     UserState,
@@ -45,7 +46,6 @@ if TYPE_CHECKING:  # the columns are read by attribute: no import of the kernel 
 VERSION = 3
 _MSGPACK_MAPS = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
 
-Row = tuple[float, ...]
 
 
 class _Window(msgspec.Struct, array_like=True, frozen=True):

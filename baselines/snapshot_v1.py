@@ -13,13 +13,12 @@ from drift.state import (
     Guard,
     ModelChangeProgress,
     RecentEvents,
+    Row,
     SessionState,
     TurnLog,
     UserState,
     WindowSums,
 )
-
-Row = tuple[float, ...]
 
 
 class _V1Model(msgspec.Struct):

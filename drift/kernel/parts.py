@@ -54,13 +54,17 @@ def _distinct(trows: npt.NDArray[np.int64], counts: npt.NDArray[np.int64],
               bits: npt.NDArray[np.uint64], starts: npt.NDArray[np.int64],
               at: npt.NDArray[np.int64], out: npt.NDArray[np.uint64],
               n_out: npt.NDArray[np.int64], index: npt.NDArray[np.uint16]) -> None:
-    """For each turn row ``trows[i]`` of ``bits`` (the turn rows as raw 64-bit words): its
+    """For each turn row ``trows[i]`` of ``bits`` (the turn rows as raw 64-bit words; -1
+    for none, left empty): its
     three row lists (``counts[i, k]`` rows from word ``starts[k]``) as the distinct rows,
     bit for bit, in the order first met (into ``out[i]``, ``n_out[i]`` of them) and each
     list's indices into them (into ``index[i]`` from ``at[k]``)."""
     for i in range(trows.shape[0]):
         t = trows[i]
         d = 0
+        if t < 0:
+            n_out[i] = 0
+            continue
         for k in range(3):
             for r in range(counts[i, k]):
                 row = starts[k] + r * N_FEATURES
@@ -141,6 +145,7 @@ def take_slots(columns: UserColumns, users: list[str]
     indexed = g.current + g.early + g.late <= _MAX_ROWS
     whole: dict[str, UserState] = {}
     picked: list[str] = []
+    picked_shells: list[UserState] = []
     slots: list[int] = []
     for user_id in users:
         s = index.get(user_id, -1)
@@ -153,54 +158,49 @@ def take_slots(columns: UserColumns, users: list[str]
             whole[user_id] = columns.state_at(s)
         else:
             picked.append(user_id)
+            picked_shells.append(shell)
             slots.append(s)
-    return _taken(columns, picked, slots), whole
+    return _taken(columns, picked, picked_shells, slots), whole
 
 
 _MAX_ROWS = 1 << 16
 
 
-def _taken(columns: UserColumns, users: list[str], slots: list[int]) -> TakenSlots:
-    """:class:`TakenSlots` of ``users`` at ``slots``: copies of their rows of the columns."""
+def _taken(columns: UserColumns, users: list[str], shells: list[UserState], slots: list[int]
+           ) -> TakenSlots:
+    """:class:`TakenSlots` of ``users`` (their state objects ``shells``) at ``slots``: copies
+    of their rows of the columns."""
     g = columns.geometry
     at = np.array(slots, dtype=np.int64)
     ints = columns.icols[at]
     flags = ints[:, I_FLAGS]
     in_columns = (flags & DIRTY_SESSION != 0) & (flags & BASELINING != 0)
-    trows = ints[:, I_TROW][in_columns]
+    trows = np.where(in_columns, ints[:, I_TROW], -1)
     counts = ints[:, I_CURRENT:I_LATE + 1]
     width = g.current + g.early + g.late
+    tcols = columns.turn_rows.tcols
     sums = np.zeros((len(slots), g.t_current), np.float64)
-    distinct = np.zeros((len(slots), width * N_FEATURES), np.float64)
+    sums[in_columns] = tcols[trows[in_columns], :g.t_current]
+    distinct = np.zeros((len(slots), width * N_FEATURES), np.uint64)
     n_distinct = np.zeros(len(slots), np.int64)
     index = np.zeros((len(slots), width), np.uint16)
     index_at = (0, g.current, g.current + g.early)
-    if len(trows):
-        tcols = columns.turn_rows.tcols
-        sums[in_columns] = tcols[trows, :g.t_current]
-        picked_distinct = np.zeros((len(trows), width * N_FEATURES), np.uint64)
-        picked_n = np.zeros(len(trows), np.int64)
-        picked_index = np.zeros((len(trows), width), np.uint16)
-        _distinct(trows, np.ascontiguousarray(counts[in_columns]), tcols.view(np.uint64),
-                  np.array((g.t_current, g.t_early, g.t_late), np.int64),
-                  np.array(index_at, np.int64), picked_distinct, picked_n, picked_index)
-        distinct[in_columns] = picked_distinct.view(np.float64)
-        n_distinct[in_columns] = picked_n
-        index[in_columns] = picked_index
+    _distinct(trows, np.ascontiguousarray(counts), tcols.view(np.uint64),
+              np.array((g.t_current, g.t_early, g.t_late), np.int64),
+              np.array(index_at, np.int64), distinct, n_distinct, index)
     floats = columns.fcols[at]
-    shells = columns._shells
     rings = columns.rings[at].astype("<u8", copy=False).tobytes()
     size = columns.rings.shape[1] * 8
     return TakenSlots(
-        users, [shell for s in slots if (shell := shells[s]) is not None],
-        floats[:, F_CLOCK].tolist(),
+        users, shells, floats[:, F_CLOCK].tolist(),
         [ring_bytes(rings[i * size:(i + 1) * size], held, head) for i, (held, head)
          in enumerate(ints[:, I_RING_LEN:I_RING_HEAD + 1].tolist())],
         in_columns.tolist(), floats[:, F_LAST].tolist(),
         [blocking_names(m) for m in ints[:, I_BLOCKING].tolist()],
         ints[:, I_STREAK].tolist(), (flags & HIGH_RES_BLOCK != 0).tolist(),
         ints[:, I_TURNS].tolist(), ints[:, I_WINDOW_N:I_WINDOW_N + g.windows].tolist(),
-        sums, counts.tolist(), distinct, n_distinct.tolist(), index, index_at)
+        sums, counts.tolist(), distinct.view(np.float64), n_distinct.tolist(), index,
+        index_at)
 
 
 class TakenState(NamedTuple):
