@@ -19,12 +19,14 @@ from streams.kafka.producers import Sends
 from streams.metrics import Metrics, observe_many
 from streams.processing.records import OutMessage, PendingBatch
 
-#: Batches handed to the producer: their messages and the gathered acks, in order.
-Sent = list[tuple[list[OutMessage], asyncio.Future[list[Any]]]]
+Refused = list[tuple[OutMessage, BaseException]]
+"""Messages the broker refused, each with why."""
+#: Batches handed to the producer, in order: for each, a future of what the broker refused of
+#: it, set once all its acks are in.
+Sent = list[asyncio.Future[Refused]]
 
 
-def _refused(messages: list[OutMessage], results: list[Any]
-             ) -> list[tuple[OutMessage, BaseException]]:
+def _refused(messages: list[OutMessage], results: list[Any]) -> Refused:
     """The messages the broker refused, with why; any other failure is raised."""
     failed = [(m, r) for m, r in zip(messages, results, strict=True)
               if isinstance(r, BaseException)]
@@ -32,6 +34,27 @@ def _refused(messages: list[OutMessage], results: list[Any]
         if not isinstance(r, BROKER_FAULTS):
             raise r
     return failed
+
+
+def _refusals(messages: list[OutMessage], done: asyncio.Future[list[Any]]
+              ) -> asyncio.Future[Refused]:
+    """What the broker refused of ``messages``, once ``done`` (their acks) is: the messages it
+    took, and their acks, are let go then, not held until the checkpoint that covers them
+    (a checkpoint's outputs were tens of MB of a worker's resident memory). Any failure
+    other than a broker fault is the future's exception."""
+    refused: asyncio.Future[Refused] = done.get_loop().create_future()
+
+    def settle(acks: asyncio.Future[list[Any]]) -> None:
+        if acks.cancelled():
+            refused.cancel()
+            return
+        try:
+            refused.set_result(_refused(messages, acks.result()))
+        except BaseException as exc:  # noqa: BLE001 - the checkpoint that awaits it raises it
+            refused.set_exception(exc)
+
+    done.add_done_callback(settle)
+    return refused
 
 
 class Publisher:
@@ -71,7 +94,7 @@ class Publisher:
             observe_many(latency, [max(0.0, now_ms - ts) / 1000.0 for ts in sources if ts > 0])
 
         done.add_done_callback(observe)
-        self._unacked.append((batch.messages, done))
+        self._unacked.append(_refusals(batch.messages, done))
 
     def take_unacked(self) -> Sent:
         """The batches handed over since the last call, for the checkpoint to await."""
@@ -90,7 +113,7 @@ class Publisher:
     async def acked(self, sent: Sent) -> None:
         """Wait for the acks of ``sent``; send what the broker did not take again (the same
         messages, the same ids) until it has taken everything."""
-        pending = [m for messages, done in sent for m, _ in _refused(messages, await done)]
+        pending = [m for refused in sent for m, _ in await refused]
 
         async def attempt() -> None:
             nonlocal pending
