@@ -126,13 +126,7 @@ class Checkpoints:
         try:
             await self.publisher.acked(sent)
             ends.append(("acks", time.monotonic()))
-            rows, deltas = await asyncio.to_thread(_rows_and_deltas, store, write, erased)
-            ends.append(("rows", time.monotonic()))
-            self.metrics.changelog_bytes.inc(await self._until_done(
-                "writing the changelog", lambda: changelog.append(deltas)))
-            ends.append(("changelog", time.monotonic()))
-            await asyncio.to_thread(store.apply_rows, rows)
-            ends.append(("duckdb", time.monotonic()))
+            await self._write(write, erased, ends)
             owned = self.engine.partitions
             rolls = sorted((erased | set(changelog.due())) & owned)
             for p in rolls:
@@ -165,6 +159,19 @@ class Checkpoints:
         log.debug("checkpoint committed", extra={
             "records": records, "states": len(write.states),
             "steps_ms": {step: round(1e3 * seconds, 1) for step, seconds in steps.items()}})
+
+    async def _write(self, write: BatchWrite, erased: set[int],
+                     ends: list[tuple[str, float]]) -> None:
+        """The checkpoint's rows and deltas built, the deltas on the changelog, the rows in
+        DuckDB; each step's end added to ``ends``. The rows and the deltas (tens of MB at
+        full speed) are let go when it returns, before the changelog rolls."""
+        rows, deltas = await asyncio.to_thread(_rows_and_deltas, self.store, write, erased)
+        ends.append(("rows", time.monotonic()))
+        self.metrics.changelog_bytes.inc(await self._until_done(
+            "writing the changelog", lambda: self.changelog.append(deltas)))
+        ends.append(("changelog", time.monotonic()))
+        await asyncio.to_thread(self.store.apply_rows, rows)
+        ends.append(("duckdb", time.monotonic()))
 
     async def _until_done(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         return await self.broker.until_done(what, attempt)
