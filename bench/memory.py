@@ -54,6 +54,9 @@ def phase_memory(bootstrap: str, base: Path, total: int, broker_pid: int,
     half = [p for p in points if p["events"] >= total / 2]
     slope = _slope([p["events"] for p in half], [p["rss_mb"] for p in half])
     slope_all = _slope([p["events"] for p in points], [p["rss_mb"] for p in points])
+    k = len(half)  # the lowest sample of each third of the second half
+    lows = [min(p["rss_mb"] for p in half[i * k // 3:(i + 1) * k // 3]) for i in range(3)
+            ] if k >= 3 else []
     third = [p for p in points if p["events"] >= 2 * total / 3]
     slope_third = _slope([p["events"] for p in third], [p["rss_mb"] for p in third])
     return {"events": total, **measured, "command": worker.command, "samples": points,
@@ -64,6 +67,7 @@ def phase_memory(bootstrap: str, base: Path, total: int, broker_pid: int,
             "slope_second_half_mb_per_100k": slope * 1e5,
             "slope_whole_run_mb_per_100k": slope_all * 1e5,
             "slope_last_third_mb_per_100k": slope_third * 1e5,
+            "rss_lows_second_half_mb": lows,
             **commits, "duckdb_file_mb": db_size, "duckdb_wal_mb": wal_size,
             "store": store}
 
@@ -114,6 +118,11 @@ def report_memory(mem: dict[str, Any]) -> list[str]:
                  f"{mem['slope_whole_run_mb_per_100k']:+.2f} over the whole run; max "
                  f"{mem['rss_max_mb']:.1f} MB; DuckDB file {mem['duckdb_file_mb']:.1f} MB "
                  f"(+ WAL {mem['duckdb_wal_mb']:.1f} MB)")
+    lows = mem.get("rss_lows_second_half_mb") or []
+    if lows:
+        lines.append("lowest RSS in each third of the second half: "
+                     + " / ".join(f"{low:.0f}" for low in lows) + " MB (the samples move with "
+                     "the checkpoints' cycle; growth shows as a rise of these lows)")
     st = mem.get("store") or {}
     if st:
         lines.append(f"store after the run: {st['user_state_rows']} user_state rows "
