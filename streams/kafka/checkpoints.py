@@ -163,8 +163,8 @@ class Checkpoints:
     async def _write(self, write: BatchWrite, erased: set[int],
                      ends: list[tuple[str, float]]) -> None:
         """The checkpoint's rows and deltas built, the deltas on the changelog, the rows in
-        DuckDB; each step's end added to ``ends``. The rows and the deltas (tens of MB at
-        full speed) are let go when it returns, before the changelog rolls."""
+        DuckDB; each step's end added to ``ends``. The rows and the deltas (10-30 MB at full
+        speed) are let go when it returns, before the changelog rolls."""
         rows, deltas = await asyncio.to_thread(_rows_and_deltas, self.store, write, erased)
         ends.append(("rows", time.monotonic()))
         self.metrics.changelog_bytes.inc(await self._until_done(

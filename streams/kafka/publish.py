@@ -38,10 +38,11 @@ def _refused(messages: list[OutMessage], results: list[Any]) -> Refused:
 
 def _refusals(messages: list[OutMessage], done: asyncio.Future[list[Any]]
               ) -> asyncio.Future[Refused]:
-    """What the broker refused of ``messages``, once ``done`` (their acks) is: the messages it
-    took, and their acks, are let go then, not held until the checkpoint that covers them
-    (a checkpoint's outputs were tens of MB of a worker's resident memory). Any failure
-    other than a broker fault is the future's exception."""
+    """What the broker refused of ``messages``, once ``done`` (their acks) is; the messages it
+    took, and their acks, are let go then. Held until the checkpoint that covers them, they
+    would keep 5-10 s of outputs in memory (100-190 MB of a worker's RSS at full speed:
+    docs/performance.md, "1M events at full speed"). Any failure other than a broker fault
+    is the future's exception."""
     refused: asyncio.Future[Refused] = done.get_loop().create_future()
 
     def settle(acks: asyncio.Future[list[Any]]) -> None:
