@@ -19,9 +19,9 @@ from streams.kafka.changelog import (
     Changelog,
     Entry,
     Kind,
-    _chunks,
     _Generation,
     _Reader,
+    _records,
     decode_entry,
 )
 from streams.kafka.producers import Message
@@ -37,8 +37,7 @@ def _rows(*users: str) -> Rows:
 
 
 def _parts(kind: Kind, epoch: str, seq: int, rows: Rows) -> list[Entry]:
-    chunks = _chunks(rows.encode())
-    return [Entry(kind, epoch, seq, i, len(chunks), c) for i, c in enumerate(chunks)]
+    return [decode_entry(r) for r in _records(kind, epoch, seq, rows.encode())]
 
 
 def _read(entries: list[Entry], marker: str = "mine") -> _Reader:
@@ -84,9 +83,18 @@ def test_a_generation_whose_snapshot_never_finished_has_no_snapshot() -> None:
     assert _read(snapshot).snapshot is None, "no seal, no snapshot"
 
 
-def test_records_stay_under_the_chunk_size() -> None:
-    assert all(len(c) <= CHUNK_BYTES for c in _chunks(_rows("a", "b", "c").encode()))
-    assert _chunks(b"") == [b""]
+def test_records_stay_under_the_chunk_size_and_hold_the_data_in_order() -> None:
+    data = _rows("a", "b", "c").encode()
+    parts = [decode_entry(r) for r in _records(Kind.DELTA, "e1", 4, data)]
+    assert len(parts) > 1 and all(len(p.data) <= CHUNK_BYTES for p in parts)
+    assert [(p.kind, p.epoch, p.seq, p.part, p.parts) for p in parts] == [
+        (Kind.DELTA, "e1", 4, i, len(parts)) for i in range(len(parts))]
+    assert b"".join(p.data for p in parts) == data
+    assert [decode_entry(r) for r in _records(Kind.SNAPSHOT, "e1", 0, b"")] == [
+        Entry(Kind.SNAPSHOT, "e1", 0, 0, 1, b"")]
+    exact = b"x" * (2 * CHUNK_BYTES)  # a multiple of the chunk: no empty part after it
+    assert [len(decode_entry(r).data) for r in _records(Kind.DELTA, "e1", 1, exact)] == [
+        CHUNK_BYTES, CHUNK_BYTES]
 
 
 def test_a_checkpoint_whose_delta_fails_on_one_partition_waits_for_the_others() -> None:
