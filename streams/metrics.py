@@ -34,9 +34,8 @@ LAG_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 86400.0)
 BATCH_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2000)
 #: A checkpoint's steps, in order: its states taken from the kernel's columns on the event
 #: loop, then, in the background, the acks of the outputs it covers, its rows (the states'
-#: snapshots among them) built in its thread, the
-#: changelog, the DuckDB transaction, a changelog roll (only when one is due) and the group
-#: offsets' commit.
+#: snapshots among them) built in its thread, the changelog, the DuckDB transaction, a
+#: changelog roll (only when one is due) and the group offsets' commit.
 CHECKPOINT_STEPS = ("states", "acks", "rows", "changelog", "duckdb", "roll", "group")
 CHECKPOINT_BUCKETS = (1, 10, 100, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000)
 TURN_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)

@@ -55,10 +55,10 @@ def _distinct(trows: npt.NDArray[np.int64], counts: npt.NDArray[np.int64],
               at: npt.NDArray[np.int64], out: npt.NDArray[np.uint64],
               n_out: npt.NDArray[np.int64], index: npt.NDArray[np.uint16]) -> None:
     """For each turn row ``trows[i]`` of ``bits`` (the turn rows as raw 64-bit words; -1
-    for none, left empty): its
-    three row lists (``counts[i, k]`` rows from word ``starts[k]``) as the distinct rows,
-    bit for bit, in the order first met (into ``out[i]``, ``n_out[i]`` of them) and each
-    list's indices into them (into ``index[i]`` from ``at[k]``)."""
+    for none, left empty): its three row lists (``counts[i, k]`` rows from word
+    ``starts[k]``) as the distinct rows, bit for bit, in the order first met (into
+    ``out[i]``, ``n_out[i]`` of them) and each list's indices into them (into ``index[i]``
+    from ``at[k]``)."""
     for i in range(trows.shape[0]):
         t = trows[i]
         d = 0
@@ -122,6 +122,10 @@ class TakenSlots:
     index_at: tuple[int, int, int]
 
 
+#: A turn row's rows are indexed in 16 bits: a geometry past that is built state by state.
+_MAX_ROWS = 1 << 16
+
+
 def take_slots(columns: UserColumns, users: list[str]
                ) -> tuple[TakenSlots, dict[str, UserState]]:
     """The states of ``users`` (each held in ``columns``, or never seen): those whose parts
@@ -141,7 +145,6 @@ def take_slots(columns: UserColumns, users: list[str]
     """
     index, shells, icols = columns._index, columns._shells, columns.icols
     g = columns.geometry
-    # A turn row's rows are indexed in 16 bits: a geometry past that is built state by state.
     indexed = g.current + g.early + g.late <= _MAX_ROWS
     whole: dict[str, UserState] = {}
     picked: list[str] = []
@@ -162,8 +165,6 @@ def take_slots(columns: UserColumns, users: list[str]
             slots.append(s)
     return _taken(columns, picked, picked_shells, slots), whole
 
-
-_MAX_ROWS = 1 << 16
 
 
 def _taken(columns: UserColumns, users: list[str], shells: list[UserState], slots: list[int]
