@@ -3,7 +3,11 @@
 The worker writes the same :class:`Rows` to DuckDB and, encoded, to the changelog
 (``streams.kafka.changelog``); a new owner of a partition decodes them and applies them
 to its own DuckDB. The encoding is a msgpack map of Arrow IPC streams, one per
-table, tagged with the schema version that wrote it.
+table, tagged with the schema version that wrote it. The streams' buffers are compressed
+(zstd) as they are written: in the checkpoint's thread, so that the producer, which
+compresses again on the event loop, finds a third of the bytes and little left to gain
+(docs/performance.md, "The changelog's bytes by codec"). A reader needs nothing for it:
+Arrow's IPC reader decompresses what the stream says is compressed.
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ import pyarrow.compute as pc
 
 #: Bumped when the tables' columns change; a reader refuses rows newer than it knows.
 ROWS_VERSION = 2
+
+#: How each table's IPC stream is written: buffers compressed, on the calling thread (one
+#: delta's tables are a few MB: Arrow's thread pool would only take a core from the loop).
+_IPC = pa.ipc.IpcWriteOptions(compression="zstd", use_threads=False)
 
 
 class RowsVersionError(ValueError):
@@ -64,7 +72,7 @@ class Rows:
         tables = {}
         for name, table in self.tables.items():
             sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, table.schema) as writer:
+            with pa.ipc.new_stream(sink, table.schema, options=_IPC) as writer:
                 writer.write_table(table)
             tables[name] = sink.getvalue().to_pybytes()
         return msgspec.msgpack.encode(_Encoded(ROWS_VERSION, tables, self.dropped))

@@ -59,6 +59,33 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
         time.sleep(interval_s)
 
 
+def _plain_rows(records: list[tuple[bytes | None, bytes]]) -> bytes:
+    """The rows of one changelog topic's records (each snapshot's and delta's parts joined
+    and decoded) as uncompressed Arrow IPC streams, joined, with the dropped users' ids."""
+    import pyarrow as pa
+
+    from baselines.rows import Rows
+    from streams.kafka.changelog import Kind, decode_entry
+
+    out: list[bytes] = []
+    parts: dict[tuple[int, str, int], list[bytes]] = {}
+    for _, value in records:
+        entry = decode_entry(value)
+        if entry.kind not in (Kind.SNAPSHOT, Kind.DELTA):
+            continue
+        key = (entry.kind, entry.epoch, entry.seq)
+        parts.setdefault(key, []).append(entry.data)
+        if entry.part == entry.parts - 1:
+            rows = Rows.decode(b"".join(parts.pop(key)))
+            for table in rows.tables.values():
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, table.schema) as writer:
+                    writer.write_table(table)
+                out.append(sink.getvalue().to_pybytes())
+            out.append("\n".join(rows.dropped).encode())
+    return b"".join(out)
+
+
 @dataclass
 class Broker:
     bootstrap: str
@@ -134,11 +161,10 @@ class Broker:
             consumer.close()
 
     def changelog_bytes(self) -> bytes:
-        """The state data of every changelog topic, chunks joined, as a worker reads it; read
-        again if a worker rolled a generation meanwhile (topics came or went)."""
+        """The rows of every changelog topic, each snapshot and delta decoded and its tables
+        written out uncompressed (their strings and blobs as they are, for a byte search);
+        read again if a worker rolled a generation meanwhile (topics came or went)."""
         from kafka.admin import KafkaAdminClient
-
-        from streams.kafka.changelog import decode_entry
 
         def names() -> list[str]:
             admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
@@ -150,8 +176,7 @@ class Broker:
         for _ in range(10):
             before = names()
             assert before, "no changelog topic: the check would see nothing"
-            data = b"".join(decode_entry(value).data for name in before
-                            for _, value in self.read_raw(name))
+            data = b"".join(_plain_rows(self.read_raw(name)) for name in before)
             if names() == before:
                 return data
         raise AssertionError("the changelog kept rolling while it was read")

@@ -273,7 +273,8 @@ def test_readyz_is_503_while_a_partition_is_restored(broker, start_worker):
     restored = [json.loads(line) for line in log.splitlines()
                 if line.startswith("{") and '"partition restored"' in line]
     assert sorted(r["partitions"][0] for r in restored) == [0, 1, 2, 3]
-    assert sum(r["bytes"] for r in restored) > 1_000_000, "the state must be worth restoring"
+    # 1,500 users' rows, about 0.65 MB as the changelog holds them (compressed)
+    assert sum(r["bytes"] for r in restored) > 500_000, "the state must be worth restoring"
     assert (503, True) in seen, f"never saw 503 while restoring: {sorted(set(seen))}"
     assert seen[-1] == (200, False)
     first_ready = seen.index((200, False))

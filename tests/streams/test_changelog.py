@@ -4,6 +4,7 @@ the handover on a real broker is in ``tests/e2e/test_scale.py``)."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +33,8 @@ def _rows(*users: str) -> Rows:
     return Rows({"user_state": pa.table({
         "partition": pa.array([0] * len(users), pa.int32()),
         "user_id": pa.array(list(users), pa.string()),
-        "state": pa.array([u.encode() * 200_000 for u in users], pa.binary()),
+        # incompressible, as a delta's bytes are once compressed: several records' worth
+        "state": pa.array([random.Random(u).randbytes(200_000) for u in users], pa.binary()),
         "clock": pa.array([1.0] * len(users), pa.float64())})}, ())
 
 
