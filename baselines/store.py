@@ -95,12 +95,7 @@ class StoreUnavailable(RuntimeError):
 
 #: One DuckDB thread: its parallel operators cost more than they save on a checkpoint's rows
 #: (docs/design.md), and a second thread would take the core the worker's loop runs on.
-#: The write-ahead log is folded into the file once it passes 64 MB, not DuckDB's 16: at full
-#: speed a checkpoint writes about 15 MB, and folding after each one cost about 110 ms of
-#: CPU a checkpoint, most of it a fixed cost per fold (docs/performance.md, "DuckDB's own
-#: checkpoints"). Opening a file with 42 MB of log to replay took 0.17 s.
-_DUCKDB: dict[str, str | bool | int | float | list[str]] = {"threads": 1,
-                                                          "checkpoint_threshold": "64MiB"}
+_DUCKDB: dict[str, str | bool | int | float | list[str]] = {"threads": 1}
 
 
 class BaselineStore:
