@@ -1,9 +1,14 @@
 """The columns of the stored rows: typed values to Arrow tables, and stored baselines back.
 
 A checkpoint's rows (:meth:`~baselines.store.BaselineStore.rows_of`) are built table by
-table here; a baseline's values are one JSON blob per version (``vals``), written with
-:func:`plain_values` so that the arrays of doubles :class:`WindowStats` keeps are stored
-as the lists they were when they were tuples.
+table here; a baseline's values are one blob per version (``vals``). An attunement
+version's is msgpack (:class:`_AttunementBlob`): its table of window statistics as the
+little-endian doubles it holds, not as JSON text. A checkpoint at full speed writes a
+version per closed session, and the JSON of its 195 numbers cost 15-20 us of Python each
+in the checkpoint's thread, where the loop waits for the interpreter's lock
+(docs/performance.md, "An attunement version's values as its doubles"). Versions written
+as JSON (rows of version 2 and before) are read as they are. Semantic and safety versions
+are JSON.
 
 >>> from drift.model import Mode, Tier
 >>> from drift.outputs import SessionSummary
@@ -18,6 +23,7 @@ as the lists they were when they were tuples.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -46,21 +52,44 @@ StagedState: TypeAlias = "UserState | TakenState"
 """A state staged for a checkpoint: its object, or its parts as the kernel's columns held them."""
 
 
-def plain_values(value: object) -> object:
-    """msgspec's encoding hook for the arrays of doubles :class:`WindowStats` keeps: a list of
-    floats, so the stored JSON is what it was when they were tuples."""
-    if isinstance(value, array):
-        return value.tolist()
-    raise NotImplementedError(f"cannot encode {type(value).__name__}")
-
-
-_json = msgspec.json.Encoder(enc_hook=plain_values)
+_json = msgspec.json.Encoder()
 
 
 class _AttunementValues(msgspec.Struct, frozen=True):
     features: tuple[str, ...]
     sessions: tuple[tuple[WindowStats | None, ...], ...]
     late_profile: tuple[float, ...]
+
+
+class _AttunementBlob(msgspec.Struct, frozen=True, array_like=True):
+    """An attunement version's values as stored: a msgpack array, so its first byte is never
+    the ``{`` of the JSON of :class:`_AttunementValues` that older rows hold."""
+
+    features: tuple[str, ...]
+    shape: tuple[int, ...]
+    table: bytes
+    """:attr:`AttunementBaseline.table`'s doubles, little-endian."""
+    late_profile: tuple[float, ...]
+
+
+_pack = msgspec.msgpack.Encoder().encode
+_unpack = msgspec.msgpack.Decoder(_AttunementBlob).decode
+
+
+def _little_endian(table: array[float]) -> bytes:
+    if sys.byteorder == "little":
+        return table.tobytes()
+    swapped = array("d", table)
+    swapped.byteswap()
+    return swapped.tobytes()
+
+
+def _table_of(data: bytes) -> array[float]:
+    table = array("d")
+    table.frombytes(data)
+    if sys.byteorder != "little":
+        table.byteswap()
+    return table
 
 
 class _SemanticValues(msgspec.Struct, frozen=True):
@@ -75,10 +104,8 @@ class _SafetyValues(msgspec.Struct, frozen=True):
 
 def _values(b: Baseline) -> bytes:
     if isinstance(b, AttunementBaseline):
-        # The fields of _AttunementValues in its order, the windows as plain values: the
-        # same JSON, without building the 15 window objects.
-        return _json.encode({"features": b.features, "sessions": b.plain_sessions(),
-                             "late_profile": b.late_profile})
+        return _pack(_AttunementBlob(b.features, b.shape, _little_endian(b.table),
+                                     b.late_profile))
     if isinstance(b, SemanticBaseline):
         return _json.encode(_SemanticValues(b.items))
     return _json.encode(_SafetyValues(b.gate_config_id, b.drift_policy_id, b.consent_state_id))
@@ -93,8 +120,12 @@ def baseline_of(row: Sequence[Any]) -> Baseline:
                                                     adapter_id),
                         policy, Mode(mode), expires_at)
     if meta.kind is BaselineKind.ATTUNEMENT:
-        a = msgspec.json.decode(values, type=_AttunementValues)
-        return AttunementBaseline.of(meta, a.features, a.sessions, a.late_profile)
+        if values[:1] == b"{":  # written as JSON (rows of version 2 and before)
+            a = msgspec.json.decode(values, type=_AttunementValues)
+            return AttunementBaseline.of(meta, a.features, a.sessions, a.late_profile)
+        t = _unpack(values)
+        return AttunementBaseline(meta, t.features, _table_of(t.table), t.shape,
+                                  t.late_profile)
     if meta.kind is BaselineKind.SEMANTIC:
         s = msgspec.json.decode(values, type=_SemanticValues)
         return SemanticBaseline(meta, s.items)

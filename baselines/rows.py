@@ -18,8 +18,10 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-#: Bumped when the tables' columns change; a reader refuses rows newer than it knows.
-ROWS_VERSION = 2
+#: Bumped when the tables' columns change, or what a column holds; a reader refuses rows newer
+#: than it knows. 3: an attunement version's ``vals`` are msgspec's msgpack of its doubles,
+#: not JSON (``baselines.columns``); rows of 2 are read as they are.
+ROWS_VERSION = 3
 
 #: How each table's IPC stream is written: buffers compressed, on the calling thread (one
 #: delta's tables are a few MB: Arrow's thread pool would only take a core from the loop).

@@ -125,23 +125,6 @@ class AttunementBaseline:
         return tuple(tuple(None if table[k] == _NONE else _stats(table, k, f) for k in starts)
                      for starts in self.blocks())
 
-    def plain_sessions(self) -> list[list[dict[str, object] | None]]:
-        """:attr:`sessions` as plain values, each window's fields in :class:`WindowStats`'s
-        order (what the store writes, without building the objects).
-
-        >>> meta = next_meta(None, "u", BaselineKind.ATTUNEMENT, 0.0, "s",
-        ...                  ModelTriple("m", "t", "p"), Mode.LIGHT, DriftConfig())
-        >>> AttunementBaseline.of(meta, ("friction",), ((WindowStats(5, (0.5,), (0.1,)), None),),
-        ...                       (0.2,)).plain_sessions()
-        [[{'n': 5, 'mean': [0.5], 'm2': [0.1]}, None]]
-        """
-        f = len(self.features)
-        table = self.table
-        return [[None if table[k] == _NONE else {
-                    "n": int(table[k]), "mean": table[k + 1:k + 1 + f].tolist(),
-                    "m2": table[k + 1 + f:k + 1 + 2 * f].tolist()} for k in starts]
-                for starts in self.blocks()]
-
     def window(self, w: int, decay: float) -> Window:
         """Stats of window ``w`` across sessions, with recency weights ``decay**age``."""
         return Window(self, w, decay)

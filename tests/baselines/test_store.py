@@ -51,6 +51,33 @@ def test_a_batch_round_trips_states_baselines_and_offsets(store: BaselineStore) 
     assert decode_state(encode_state(runner.states["u1"])) == runner.states["u1"]
 
 
+def test_an_attunement_version_is_stored_as_its_doubles_and_older_json_rows_still_load(
+        store: BaselineStore) -> None:
+    """An attunement version's values are written as msgpack of its table's doubles; a
+    version an older release wrote as JSON loads to the same baseline."""
+    import msgspec
+
+    from baselines.columns import _AttunementValues
+
+    runner = _user("u3", seed=3)
+    latest = runner.baselines["u3"].attunement
+    assert latest is not None and sum(latest.shape) > 3, "a baseline of several sessions"
+    store.commit_batch(BatchWrite("fhr.events", baselines=[(1, latest)]))
+    (stored,) = store._con.execute(
+        "SELECT vals FROM baseline_versions WHERE baseline_id = ? AND version = ?",
+        [latest.meta.baseline_id, latest.meta.version]).fetchone()
+    assert not stored.startswith(b"{") and latest.table.tobytes() in stored
+    assert store.user_baselines("u3").attunement == latest
+
+    older = msgspec.json.Encoder(enc_hook=lambda a: a.tolist()).encode(
+        _AttunementValues(latest.features, latest.sessions, latest.late_profile))
+    store._con.execute(
+        "UPDATE baseline_versions SET vals = ? WHERE baseline_id = ? AND version = ?",
+        [older, latest.meta.baseline_id, latest.meta.version])
+    loaded = store.user_baselines("u3").attunement
+    assert loaded == latest and loaded.table.tobytes() == latest.table.tobytes()
+
+
 def test_versions_are_immutable_and_the_latest_wins(store: BaselineStore) -> None:
     runner = _user("u2", seed=2)
     latest = runner.baselines["u2"].attunement
