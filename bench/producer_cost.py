@@ -15,7 +15,8 @@ message: of the process, and of the thread that calls the producer (the worker's
   confluent-kafka`` to include it.
 
 Each producer runs with the worker's settings (acks from all replicas, a 2 ms linger, the
-codec), in turn on one broker.
+codec, and for aiokafka's the worker's record batches of ``PRODUCER_BATCH_BYTES``), in turn
+on one broker.
 
     python bench/producer_cost.py
     python bench/producer_cost.py --records 40000 --codec lz4
@@ -84,8 +85,10 @@ async def _aiokafka(bootstrap: str, codec: str, batches: Sequence[Sequence[OutMe
                     batched: bool) -> tuple[float, float, float]:
     from aiokafka import AIOKafkaProducer
 
+    from streams.worker import PRODUCER_BATCH_BYTES
+
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2,
-                                enable_idempotence=False,
+                                max_batch_size=PRODUCER_BATCH_BYTES, enable_idempotence=False,
                                 compression_type=None if codec == "none" else codec)
     await producer.start()
     try:
