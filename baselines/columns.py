@@ -6,7 +6,7 @@ version's is msgpack (:class:`_AttunementBlob`): its table of window statistics 
 little-endian doubles it holds, not as JSON text. A checkpoint at full speed writes a
 version per closed session, and the JSON of its 195 numbers cost 15-20 us of Python each
 in the checkpoint's thread, where the loop waits for the interpreter's lock
-(docs/performance.md, "An attunement version's values as its doubles"). Versions written
+(docs/performance.md, "A checkpoint's CPU"). Versions written
 as JSON (rows of version 2 and before) are read as they are. Semantic and safety versions
 are JSON.
 
