@@ -59,11 +59,20 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
         time.sleep(interval_s)
 
 
+def uncompressed_ipc(table: Any) -> bytes:
+    """An Arrow table as an IPC stream without compression: what an older worker wrote to
+    the changelog, and what a byte search can read."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
 def _plain_rows(records: list[tuple[bytes | None, bytes]]) -> bytes:
     """The rows of one changelog topic's records (each snapshot's and delta's parts joined
     and decoded) as uncompressed Arrow IPC streams, joined, with the dropped users' ids."""
-    import pyarrow as pa
-
     from baselines.rows import Rows
     from streams.kafka.changelog import Kind, decode_entry
 
@@ -77,11 +86,7 @@ def _plain_rows(records: list[tuple[bytes | None, bytes]]) -> bytes:
         parts.setdefault(key, []).append(entry.data)
         if entry.part == entry.parts - 1:
             rows = Rows.decode(b"".join(parts.pop(key)))
-            for table in rows.tables.values():
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, table.schema) as writer:
-                    writer.write_table(table)
-                out.append(sink.getvalue().to_pybytes())
+            out.extend(uncompressed_ipc(table) for table in rows.tables.values())
             out.append("\n".join(rows.dropped).encode())
     return b"".join(out)
 

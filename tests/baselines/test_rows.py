@@ -112,20 +112,15 @@ def test_rows_travel_compressed_and_an_older_workers_uncompressed_rows_still_rea
     own codec then finds little left to do, on the event loop); rows an older worker wrote
     without compression decode all the same."""
     import msgspec
-    import pyarrow as pa
+
+    from tests.conftest import uncompressed_ipc
 
     store, _ = stores
     runner = _runner({f"u{k}": k for k in range(8)})
     rows = store.rows_of(_write(runner, {f"u{k}": k % 2 for k in range(8)}))
-
-    def plain(table: pa.Table) -> bytes:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        return bytes(sink.getvalue().to_pybytes())
-
     older = msgspec.msgpack.encode(
-        [ROWS_VERSION, {t: plain(v) for t, v in rows.tables.items()}, list(rows.dropped)])
+        [ROWS_VERSION, {t: uncompressed_ipc(v) for t, v in rows.tables.items()},
+         list(rows.dropped)])
     encoded = rows.encode()
     assert len(encoded) < 0.75 * len(older)
     for data in (encoded, older):
