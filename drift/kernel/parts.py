@@ -166,7 +166,6 @@ def take_slots(columns: UserColumns, users: list[str]
     return _taken(columns, picked, picked_shells, slots), whole
 
 
-
 def _taken(columns: UserColumns, users: list[str], shells: list[UserState], slots: list[int]
            ) -> TakenSlots:
     """:class:`TakenSlots` of ``users`` (their state objects ``shells``) at ``slots``: copies
