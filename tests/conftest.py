@@ -24,6 +24,7 @@ from drift.model import FhrEvent
 from streams import topics
 from streams.broker import EmbeddedBroker, free_loopback_port
 from streams.edge.codec import encode_event
+from tests.changelog_rows import plain_rows
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "test-review-token"
@@ -57,38 +58,6 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
             extra = f"\n{detail()}" if detail is not None else ""
             raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}{extra}")
         time.sleep(interval_s)
-
-
-def uncompressed_ipc(table: Any) -> bytes:
-    """An Arrow table as an IPC stream without compression: what an older worker wrote to
-    the changelog, and what a byte search can read."""
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return bytes(sink.getvalue().to_pybytes())
-
-
-def _plain_rows(records: list[tuple[bytes | None, bytes]]) -> bytes:
-    """The rows of one changelog topic's records (each snapshot's and delta's parts joined
-    and decoded) as uncompressed Arrow IPC streams, joined, with the dropped users' ids."""
-    from baselines.rows import Rows
-    from streams.kafka.changelog import Kind, decode_entry
-
-    out: list[bytes] = []
-    parts: dict[tuple[int, str, int], list[bytes]] = {}
-    for _, value in records:
-        entry = decode_entry(value)
-        if entry.kind not in (Kind.SNAPSHOT, Kind.DELTA):
-            continue
-        key = (entry.kind, entry.epoch, entry.seq)
-        parts.setdefault(key, []).append(entry.data)
-        if entry.part == entry.parts - 1:
-            rows = Rows.decode(b"".join(parts.pop(key)))
-            out.extend(uncompressed_ipc(table) for table in rows.tables.values())
-            out.append("\n".join(rows.dropped).encode())
-    return b"".join(out)
 
 
 @dataclass
@@ -181,7 +150,7 @@ class Broker:
         for _ in range(10):
             before = names()
             assert before, "no changelog topic: the check would see nothing"
-            data = b"".join(_plain_rows(self.read_raw(name)) for name in before)
+            data = b"".join(plain_rows(self.read_raw(name)) for name in before)
             if names() == before:
                 return data
         raise AssertionError("the changelog kept rolling while it was read")

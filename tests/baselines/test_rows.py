@@ -113,7 +113,7 @@ def test_rows_travel_compressed_and_an_older_workers_uncompressed_rows_still_rea
     without compression decode all the same."""
     import msgspec
 
-    from tests.conftest import uncompressed_ipc
+    from tests.changelog_rows import uncompressed_ipc
 
     store, _ = stores
     runner = _runner({f"u{k}": k for k in range(8)})
