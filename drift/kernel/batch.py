@@ -7,9 +7,10 @@ others; after an event it marked, that event's user is parked until the next pas
 the other users' events go on. Between two passes, the marked events are applied here,
 in log order, one per user: an event the kernel cannot take is handed to the reference
 fold (its user's state built from the columns and loaded back after). A ``semantic``, a
-shown notice or a blocked write of the open session is the kernel's for the clock, the
-ring and ``last_s``; the rest of it (:func:`drift.fold.dispatch`) is applied here to the
-user's state object. A turn that reaches a checkpoint is the kernel's too, and the
+shown notice or a memory write (blocked or not) of the open session is the kernel's for
+the clock, the ring and ``last_s``; the rest of it (:func:`drift.fold.dispatch`) is
+applied here to the user's state object (a write's audit, to the state built from the
+columns). A turn that reaches a checkpoint is the kernel's too, and the
 checkpoint (and the re-attunement turn) is scored here on the rows the columns hold,
 with the reference's own function (:func:`drift.model_change.turn_reached`); so are a
 session start with no session open and the open session's end, which are applied here to
@@ -38,7 +39,7 @@ from drift.kernel.columns import UserColumns
 from drift.kernel.events import EventColumns
 from drift.kernel.reattune import score_reattunement
 from drift.kernel.turns import apply_turns
-from drift.model import DriftConfig, FhrEvent
+from drift.model import DriftConfig, FhrEvent, MemoryWrite
 from drift.model_change import turn_reached
 from drift.outputs import NO_EFFECTS, Effects
 from drift.state import UserState
@@ -226,8 +227,13 @@ def _side(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) ->
     """The rest of an event the kernel marked ``ST_SIDE`` (:func:`drift.fold.dispatch`),
     applied to slot ``s``'s state object. The kernel moved the clock, the ring and
     ``last_s`` in the columns, which stay what the state is read from for those (the slot
-    is dirty); the event has no effects."""
-    ctx = StepContext(event.event_id, event.session_id, event.ts_s, config)
+    is dirty). A memory write changes nothing: its audit reads the session's guard, which
+    the kernel moves in the columns, so it is audited on the state built from them, and
+    its violations are its effects; the other events have none."""
+    ctx = StepContext(event.event_id, event.session_id, columns.clock_at(s), config,
+                      score_attunement, event.ts_s)
+    if type(event.body) is MemoryWrite:
+        return dispatch(columns.state_at(s), columns.baselines_at(s), event, ctx).effects
     columns.keep_shell(s, dispatch(columns.shell_at(s), columns.baselines_at(s), event,
                                    ctx).state)
     return NO_EFFECTS

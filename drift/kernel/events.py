@@ -35,6 +35,7 @@ from drift.kernel.layout import (
 from drift.model import (
     FhrEvent,
     MemoryErase,
+    MemoryWrite,
     MemoryWriteBlocked,
     ModeChanged,
     NoticeShown,
@@ -47,7 +48,7 @@ from drift.state import event_hashes
 
 _NO_ROW = (0.0,) * N_FEATURES
 _MAY_ERASE = (SessionStart, MemoryErase, ModeChanged)
-_SIDE = (Semantic, NoticeShown, MemoryWriteBlocked)
+_SIDE = (Semantic, NoticeShown, MemoryWrite, MemoryWriteBlocked)
 _AE, _CARE_OVERRIDE, _CARE_COOLOFF, _CRISIS, _LEGAL_HOLD = 2, 4, 8, 16, 32
 
 

@@ -65,8 +65,9 @@ BLOCKING_NAMES = ("ae_active", "care_override", "care_cooloff", "crisis", "legal
 KIND_TURN = 0
 KIND_OTHER = 1
 KIND_MAY_ERASE = 2  # session_start, memory_erase, continuity_mode_changed
-KIND_SIDE = 3  # semantic, model_change_notice_shown, memory_write_blocked: no effects, and
-# of the open session only fields the columns do not hold change (drift.fold.dispatch)
+KIND_SIDE = 3  # semantic, model_change_notice_shown, memory_write(_blocked): of the open
+# session only fields the columns do not hold change (drift.fold.dispatch); a write's audit
+# may answer with violations
 KIND_START = 4  # session_start: it may erase too (a start in a lower mode)
 KIND_END = 5  # session_end
 EV_EPHEMERAL = 1

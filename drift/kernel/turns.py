@@ -9,9 +9,10 @@
   into the guard (blocking states, the high-resonance streak) and, in a baselining
   mode, adds its transformed row to the turn log (its window sums, the current
   look, the early window, emptied past the re-attunement turn, and the late profile);
-* a ``semantic``, ``model_change_notice_shown`` or ``memory_write_blocked`` event of the
-  open session moves the clock, the ring and ``last_s`` the same way and is marked
-  ``ST_SIDE``: what else it changes lives outside the columns, and the caller applies it
+* a ``semantic``, ``model_change_notice_shown``, ``memory_write`` or
+  ``memory_write_blocked`` event of the open session moves the clock, the ring and
+  ``last_s`` the same way and is marked ``ST_SIDE``: what else it changes (or, for a write,
+  the violations its audit finds) lives outside the columns, and the caller applies it
   (:func:`drift.fold.dispatch`);
 * a turn that reaches a checkpoint or the re-attunement turn is taken like a plain one
   and marked ``ST_SCORED``: the caller scores it (:func:`drift.model_change.turn_reached`,

@@ -8,6 +8,7 @@ their values. :func:`encode_event` is its inverse, for the simulator and tests.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -41,39 +42,68 @@ def _model(w: WireModel) -> m.ModelTriple:
     return m.ModelTriple(w.model_version, w.tokenizer_id, w.precision_tag, w.adapter_id)
 
 
-def _body(w: WireEvent) -> m.Body:
-    if isinstance(w, TurnEvent):
-        d, s = w.dynamics, w.states
-        return m.Turn(w.turn, d.trust, d.resonance_depth, d.valence, d.friction, d.reflection,
-                      d.user_tokens, d.latency_ms, s.ae_severity, s.care_override,
-                      s.care_cooloff, s.crisis, s.legal_hold)
-    if isinstance(w, SessionStartEvent):
-        return m.SessionStart(m.Mode(w.continuity_mode), w.consent_state_id, _model(w.model),
-                              w.safety.gate_config_id, w.safety.drift_policy_id)
-    if isinstance(w, SemanticEvent):
-        return m.Semantic(w.turn, w.commitment_id, w.kind, w.stance)
-    if isinstance(w, MemoryWriteEvent):
-        return m.MemoryWrite(w.turn, w.memory_class, w.category, w.scope, w.consent_state_id,
-                             w.confirmed)
-    if isinstance(w, MemoryWriteBlockedEvent):
-        return m.MemoryWriteBlocked(w.turn, w.memory_class, w.reason)
-    if isinstance(w, MemoryEraseEvent):
-        return m.MemoryErase(w.memory_class, w.scope, w.reason, w.request_id)
-    if isinstance(w, ModeChangedEvent):
-        return m.ModeChanged(m.Mode(w.from_mode), m.Mode(w.to_mode), w.consent_state_id,
-                             w.retroactive)
-    if isinstance(w, NoticeShownEvent):
-        return m.NoticeShown(_model(w.model))
-    if isinstance(w, BaselineReconfirmedEvent):
-        return m.BaselineReconfirmed(tuple(m.BaselineKind(k) for k in w.kinds))
-    assert isinstance(w, SessionEndEvent)
+def _turn(w: TurnEvent) -> m.Turn:
+    d, s = w.dynamics, w.states
+    return m.Turn(w.turn, d.trust, d.resonance_depth, d.valence, d.friction, d.reflection,
+                  d.user_tokens, d.latency_ms, s.ae_severity, s.care_override, s.care_cooloff,
+                  s.crisis, s.legal_hold)
+
+
+def _start(w: SessionStartEvent) -> m.SessionStart:
+    return m.SessionStart(m.Mode(w.continuity_mode), w.consent_state_id, _model(w.model),
+                          w.safety.gate_config_id, w.safety.drift_policy_id)
+
+
+def _semantic(w: SemanticEvent) -> m.Semantic:
+    return m.Semantic(w.turn, w.commitment_id, w.kind, w.stance)
+
+
+def _write(w: MemoryWriteEvent) -> m.MemoryWrite:
+    return m.MemoryWrite(w.turn, w.memory_class, w.category, w.scope, w.consent_state_id,
+                         w.confirmed)
+
+
+def _blocked(w: MemoryWriteBlockedEvent) -> m.MemoryWriteBlocked:
+    return m.MemoryWriteBlocked(w.turn, w.memory_class, w.reason)
+
+
+def _erase(w: MemoryEraseEvent) -> m.MemoryErase:
+    return m.MemoryErase(w.memory_class, w.scope, w.reason, w.request_id)
+
+
+def _mode_changed(w: ModeChangedEvent) -> m.ModeChanged:
+    return m.ModeChanged(m.Mode(w.from_mode), m.Mode(w.to_mode), w.consent_state_id,
+                         w.retroactive)
+
+
+def _notice(w: NoticeShownEvent) -> m.NoticeShown:
+    return m.NoticeShown(_model(w.model))
+
+
+def _reconfirmed(w: BaselineReconfirmedEvent) -> m.BaselineReconfirmed:
+    return m.BaselineReconfirmed(tuple(m.BaselineKind(k) for k in w.kinds))
+
+
+def _end(w: SessionEndEvent) -> m.SessionEnd:
     return m.SessionEnd(w.turns, w.reason)
 
 
+#: Per wire type (each a final Struct: a record decodes to exactly one of them), its
+#: ``event_type`` and the domain body it becomes: one lookup a record, not a chain of
+#: ``isinstance`` tests.
+_DOMAIN: dict[type, tuple[str, Callable[[Any], m.Body]]] = {
+    cls: (str(cls.__struct_config__.tag), body) for cls, body in (
+        (TurnEvent, _turn), (SessionStartEvent, _start), (SemanticEvent, _semantic),
+        (MemoryWriteEvent, _write), (MemoryWriteBlockedEvent, _blocked),
+        (MemoryEraseEvent, _erase), (ModeChangedEvent, _mode_changed),
+        (NoticeShownEvent, _notice), (BaselineReconfirmedEvent, _reconfirmed),
+        (SessionEndEvent, _end))}
+
+
 def to_domain(w: WireEvent) -> m.FhrEvent:
-    tag = type(w).__struct_config__.tag
-    return m.FhrEvent(w.event_id, str(tag), w.ts.timestamp(), w.user_id, w.session_id,
-                      w.ephemeral, _body(w))
+    event_type, body = _DOMAIN[type(w)]
+    return m.FhrEvent(w.event_id, event_type, w.ts.timestamp(), w.user_id, w.session_id,
+                      w.ephemeral, body(w))
 
 
 def decode_record(key: bytes | None, value: bytes | None

@@ -164,6 +164,34 @@ def test_the_guard_folds_every_blocking_state_as_the_reference(
                 f"batch={batch}")
 
 
+def test_memory_writes_of_the_open_session_are_the_kernels_and_audited_on_its_guard(
+        ) -> None:
+    """A relational write is audited on the guard the kernel moved (a crisis turn just
+    before it, in the columns only): the violations are the reference's, byte for byte, and
+    no write goes to the reference."""
+    events: list[FhrEvent] = []
+
+    def add(sid: str, body: Body) -> None:
+        events.append(FhrEvent(f"w{len(events)}", event_type_of(body),
+                               1.7e9 + 10.0 * len(events), "u", sid, False, body))
+
+    for i, mode in enumerate((Mode.FULL, Mode.LIGHT)):
+        add(f"s{i}", SessionStart(mode, "consent", MODELS[0], "g1", "p"))
+        add(f"s{i}", MemoryWrite(1, "relational", "topic", "scope", "consent", False))
+        add(f"s{i}", Turn.neutral(1, crisis=True))
+        add(f"s{i}", MemoryWrite(1, "relational", "style", "scope", "consent", True))
+        add(f"s{i}", Turn.neutral(2, reflection=True))
+        add(f"s{i}", MemoryWrite(2, "operational", "style", "scope", "consent", True))
+    expected = reference(events, DriftConfig())
+    got, handoffs = kernel(events, DriftConfig(), 1000)
+    assert_same(expected, got, "writes")
+    rules = [o.rule.value for e in got.effects for o in e.outputs  # type: ignore[union-attr]
+             if type(o).__name__ == "Violation"]
+    assert "relational_write_in_blocked_state" in rules
+    assert "relational_write_unconfirmed" in rules
+    assert handoffs == 1  # the second start, which ends the first session: no write
+
+
 def test_the_kernel_takes_turns_and_scores_checkpoints_and_takes_starts_and_ends(
         ) -> None:
     events = users_log([[Plan(Mode.FULL, 0, "g1", 12, 0.0, (), True, 60.0)] * 3], 0, 0, 0)
