@@ -28,7 +28,7 @@ from drift.outputs import (
     Output,
     Response,
 )
-from drift.reattune import ReattuneScoring, score_reattunement
+from drift.reattune import ReattuneScoring, Rows, score_reattunement
 from drift.state import Row, SessionState, TurnLog, UserState
 
 AttunementTestOf = Callable[[SessionState, UserBaselines, DriftConfig], AttunementTest | None]
@@ -67,6 +67,11 @@ class StepContext:
     """The pooled standard deviations a re-attunement reads: None for the baseline's own
     (:meth:`drift.baseline.AttunementBaseline.turn_sd`), or a function held equal to it (the
     compiled kernel's, which reads them from the baseline's table)."""
+    early: Callable[[list[int]], Rows] | None = None
+    """The open session's early rows, over the features at the given :data:`FEATURES`
+    indices, that a re-attunement reads: None to read them in the session's turn log, or a
+    function that reads them where the compiled kernel holds them (as an array, which the
+    kernel's twin of the re-attunement reads where it is)."""
 
 
 @dataclass(frozen=True, slots=True)

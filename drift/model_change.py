@@ -29,6 +29,7 @@ from drift.outputs import (
     Response,
     Rule,
 )
+from drift.reattune import Rows
 from drift.state import ModelChangeProgress, UserState
 
 OFFERS = (Offer.RESET_SESSION_ONLY, Offer.CONTINUE_CONSERVATIVE)
@@ -106,14 +107,16 @@ def reattune(state: UserState, baselines: UserBaselines, ctx: StepContext
     config = ctx.config
     progress = evolve(session.model_change, reattune_done=True)
     base = baselines.attunement
-    early_rows = session.turns.early_rows
     layout = (feature_layout(session.mode.value, base.features)
-              if base is not None and early_rows and base.late_profile else None)
-    if layout is None or not layout.features:
+              if base is not None and base.late_profile else None)
+    early: Rows = ()
+    if layout is not None and layout.features:
+        early = ([[row[c] for c in layout.cols] for row in session.turns.early_rows]
+                 if ctx.early is None else ctx.early(layout.cols))
+    if layout is None or not len(early):
         return evolve(state, session=evolve(session, model_change=progress)), ()
     assert base is not None
-    feats, base_idx, cols = layout.features, layout.base_idx, layout.cols
-    early = [[row[c] for c in cols] for row in early_rows]
+    feats, base_idx = layout.features, layout.base_idx
     late = [base.late_profile[i] for i in base_idx]
     turn_sd = base.turn_sd() if ctx.turn_sd is None else ctx.turn_sd(base)
     sd = [turn_sd[i] for i in base_idx]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -42,6 +43,7 @@ from drift.kernel.turns import apply_turns
 from drift.model import DriftConfig, FhrEvent, MemoryWrite
 from drift.model_change import turn_reached
 from drift.outputs import NO_EFFECTS, Effects
+from drift.reattune import Rows
 from drift.state import UserState
 
 Outcome = Step | Effects | Exception
@@ -291,10 +293,20 @@ def _score(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) -
     current = columns.current_rows(s)
     ctx = StepContext(event.event_id, event.session_id, columns.clock_at(s),
                       config, score_attunement, event.ts_s, score_reattunement,
-                      functools.partial(attunement_of_rows, current), turn_sd=turn_sd)
+                      functools.partial(attunement_of_rows, current), turn_sd=turn_sd,
+                      early=functools.partial(_early_rows, columns, s))
     state, outputs = turn_reached(columns.scored_at(s), columns.baselines_at(s), ctx)
     columns.keep_scored(s, state)
     return Effects(outputs) if outputs else NO_EFFECTS
+
+
+def _early_rows(columns: UserColumns, s: int, cols: list[int]) -> Rows:
+    """Slot ``s``'s early rows over the features at ``cols`` (:attr:`StepContext.early`): the
+    array the slot's turn row holds, which the re-attunement's twin reads where it is."""
+    rows = columns.early_rows(s)
+    if cols != list(range(rows.shape[1])):
+        rows = rows[:, cols]  # a copy, C-contiguous
+    return cast(Rows, rows)  # an array of rows, as the twin reads it
 
 
 def _rest(taken: int) -> _Rest | None:

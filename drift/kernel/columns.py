@@ -287,25 +287,24 @@ class UserColumns:
         self._shells[s] = state
 
     def scored_at(self, s: int) -> UserState:
-        """Slot ``s``'s state object with its open session's turn count from the columns, and
-        at the re-attunement turn the early rows it reads (a checkpoint reads the rows since
-        the last look in :meth:`current_rows`; the log's other parts are the object's, and may
-        be older than the columns' or let go: neither reads them)."""
+        """Slot ``s``'s state object with its open session's turn count from the columns (a
+        checkpoint reads the rows since the last look in :meth:`current_rows`, a
+        re-attunement its early rows in :meth:`early_rows`; the log's other parts are the
+        object's, and may be older than the columns' or let go: neither reads them)."""
         shell = self.shell_at(s)
         session = shell.session
         assert session is not None and session.turns is not None
-        n = int(self.icols[s, I_TURNS])
-        if n == self.config.reattune_checkpoint_turn:
-            early = self._rows(s, self.geometry.t_early, I_EARLY).tolist()
-            turns = evolve(session.turns, n_turns=n, early_rows=tuple(map(tuple, early)))
-        else:
-            turns = evolve(session.turns, n_turns=n)
+        turns = evolve(session.turns, n_turns=int(self.icols[s, I_TURNS]))
         return evolve(shell, session=evolve(session, turns=turns))
 
     def current_rows(self, s: int) -> npt.NDArray[np.float64]:
         """The rows of slot ``s``'s open session since its last look, one per turn (a view of
         its turn row: read it before the slot changes)."""
         return self._rows(s, self.geometry.t_current, I_CURRENT)
+
+    def early_rows(self, s: int) -> npt.NDArray[np.float64]:
+        """The early rows of slot ``s``'s open session, as :meth:`current_rows`."""
+        return self._rows(s, self.geometry.t_early, I_EARLY)
 
     def _rows(self, s: int, at: int, count: int) -> npt.NDArray[np.float64]:
         n = int(self.icols[s, count])

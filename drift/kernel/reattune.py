@@ -83,17 +83,25 @@ def score_reattunement(early: Rows, late_profile: Sequence[float], turn_sd: Sequ
     >>> rows = [[0.4, 0.3], [0.6, 0.5], [0.7, 0.6], [0.7, 0.6], [0.7, 0.6]]
     >>> score_reattunement(rows, late, sd, 0, 0.5, cfg) == reference(rows, late, sd, 0, 0.5, cfg)
     True
+    >>> score_reattunement(np.array(rows), late, sd, 0, 0.5, cfg) == reference(rows, late, sd, 0,
+    ...                                                                        0.5, cfg)
+    True
     """
     turns, k = len(early), len(late_profile)
     window = min(config.reattune_window, turns)
     late_turns = config.late_profile_turns
+    given = early if isinstance(early, np.ndarray) else None  # the kernel's rows, as they are
     if (window < 1 or late_turns < 1 or k < 1 or len(turn_sd) != k
             or not (trust_index is None or 0 <= trust_index < k)
-            or any(len(row) != k for row in early) or not all(turn_sd)):
-        return reference(early, late_profile, turn_sd, trust_index, semantic, config)
+            or (given.shape != (turns, k) if given is not None
+                else any(len(r) != k for r in early))
+            or not all(turn_sd)):
+        return reference(early if given is None else given.tolist(), late_profile, turn_sd,
+                         trust_index, semantic, config)
     level = config.reattune_tolerance_level
     out = np.zeros(2)
-    reached = _parts(np.array(early, dtype=np.float64).reshape(turns, k),
+    rows = given if given is not None else np.array(early, dtype=np.float64).reshape(turns, k)
+    reached = _parts(np.ascontiguousarray(rows, dtype=np.float64),
                      np.array(late_profile, dtype=np.float64),
                      np.array(turn_sd, dtype=np.float64), late_turns, window,
                      tolerance(k, level), tolerance(1, level),
