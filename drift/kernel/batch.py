@@ -232,10 +232,11 @@ def _side(columns: UserColumns, s: int, event: FhrEvent, config: DriftConfig) ->
     is dirty). A memory write changes nothing: its audit reads the session's guard, which
     the kernel moves in the columns, so it is audited on the state built from them, and
     its violations are its effects; the other events have none."""
-    ctx = StepContext(event.event_id, event.session_id, columns.clock_at(s), config,
-                      score_attunement, event.ts_s)
-    if type(event.body) is MemoryWrite:
+    if type(event.body) is MemoryWrite:  # its violations carry the event's own time
+        ctx = StepContext(event.event_id, event.session_id, columns.clock_at(s), config,
+                          score_attunement, event.ts_s)
         return dispatch(columns.state_at(s), columns.baselines_at(s), event, ctx).effects
+    ctx = StepContext(event.event_id, event.session_id, event.ts_s, config)
     columns.keep_shell(s, dispatch(columns.shell_at(s), columns.baselines_at(s), event,
                                    ctx).state)
     return NO_EFFECTS
