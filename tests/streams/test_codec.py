@@ -105,6 +105,7 @@ def test_valid_samples_pass_both(sample: dict[str, Any]) -> None:
     VALIDATOR.validate(sample)
     result = decode_event(sample["user_id"].encode(), json.dumps(sample).encode())
     assert not isinstance(result, Rejection), result
+    assert result.event_type == sample["event_type"]  # each wire type has its domain body
 
 
 @pytest.mark.parametrize("event_type,path,value,reason", INVALID,
