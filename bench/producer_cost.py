@@ -7,7 +7,9 @@ values and input partitions) to a producer as the worker does, the messages of e
 of 500 records at once and their acks gathered per batch, and measures the CPU time per
 message: of the process, and of the thread that calls the producer (the worker's loop).
 
-- ``aiokafka send``: one ``send`` per message, as the worker publishes;
+- ``aiokafka send``: one ``send`` per message, as the worker publishes, and a batch's acks
+  awaited as the worker awaits them (``streams.kafka.producers.settled``: one wait a record
+  batch); and the same with the acks gathered (``asyncio.gather``: a callback a message);
 - ``aiokafka batch``: aiokafka's batch interface (``create_batch``/``send_batch``), a future
   per record batch instead of per message;
 - ``librdkafka``: confluent-kafka's producer (librdkafka, in C threads of its own), when that
@@ -82,9 +84,10 @@ def worker_messages(records: int, users: int, seed: int) -> tuple[list[list[OutM
 
 
 async def _aiokafka(bootstrap: str, codec: str, batches: Sequence[Sequence[OutMessage]],
-                    batched: bool) -> tuple[float, float, float]:
+                    batched: bool, gather: bool = False) -> tuple[float, float, float]:
     from aiokafka import AIOKafkaProducer
 
+    from streams.kafka.producers import settled
     from streams.worker import PRODUCER_BATCH_BYTES
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2,
@@ -102,7 +105,8 @@ async def _aiokafka(bootstrap: str, codec: str, batches: Sequence[Sequence[OutMe
             else:
                 acks = [await producer.send(m.topic, m.value, key=m.key,
                                             partition=m.partition) for m in batch]
-            pending.append(asyncio.gather(*acks))
+            pending.append(asyncio.gather(*acks) if gather
+                           else asyncio.ensure_future(settled(acks)))
             await asyncio.sleep(0)  # the worker's loop goes back to the consumer here
         for done in pending:
             await done
@@ -162,6 +166,8 @@ def measure(bootstrap: str, codec: str, batches: Sequence[Sequence[OutMessage]]
     runs: list[tuple[str, Callable[[], tuple[float, float, float]] | None]] = [
         ("aiokafka send (the worker's)",
          lambda: asyncio.run(_aiokafka(bootstrap, codec, batches, batched=False))),
+        ("aiokafka send, acks gathered",
+         lambda: asyncio.run(_aiokafka(bootstrap, codec, batches, batched=False, gather=True))),
         ("aiokafka batch interface",
          lambda: asyncio.run(_aiokafka(bootstrap, codec, batches, batched=True))),
     ]
@@ -215,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = sum(len(m.value) for b in batches for m in b) / max(messages, 1)
     with EmbeddedBroker() as broker:
         create_topics(broker.bootstrap, PARTITIONS)
-        print(f"publishing {messages:,} messages three ways ...", file=sys.stderr, flush=True)
+        print(f"publishing {messages:,} messages four ways ...", file=sys.stderr, flush=True)
         results = measure(broker.bootstrap, args.codec, batches)
     print(f"{messages:,} output messages of {records:,} records ({messages / records:.2f} a "
           f"record, {size:,.0f} B each on average), codec {args.codec}, {PARTITIONS} partitions, "

@@ -57,6 +57,19 @@ async def _failed(exc: BaseException) -> None:
     raise exc
 
 
+async def settled(acks: Sequence[asyncio.Future[Any]]) -> list[Any]:
+    """Each ack's result, or the exception that settled it, in order, once all are settled
+    (as ``asyncio.gather(*acks, return_exceptions=True)``). aiokafka settles a record batch's
+    acks together, so waiting for the first one not yet settled and then reading on waits
+    once a record batch; ``gather`` schedules a callback for every message (about 1.7 us of
+    the loop's each)."""
+    for ack in acks:
+        if not ack.done():
+            await asyncio.wait((ack,))
+    return [asyncio.CancelledError() if a.cancelled() else a.exception() or a.result()
+            for a in acks]
+
+
 class AiokafkaSends:
     """aiokafka's producer (which the worker starts and stops)."""
 
@@ -64,7 +77,7 @@ class AiokafkaSends:
         self.producer = producer
 
     async def send_all(self, messages: Sequence[Message]) -> asyncio.Future[list[Any]]:
-        return asyncio.gather(*[await self._send(m) for m in messages], return_exceptions=True)
+        return asyncio.ensure_future(settled([await self._send(m) for m in messages]))
 
     async def _send(self, m: Message) -> asyncio.Future[Any]:
         topic, key, value, partition = m
