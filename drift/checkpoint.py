@@ -195,14 +195,16 @@ def rate(state: UserState, baselines: UserBaselines, ctx: StepContext, tag: str,
         thresholds=(config.threshold_medium, config.threshold_high),
         drift_policy_id=config.drift_policy_id, source_event_id=ctx.event_id,
     )
-    held = tuple(sorted(climbed.state.hold_kinds, key=lambda k: k.value)) \
-        if climbed.state.hold else ()
-    detail = LadderDetail(score_id, comp.score, comp.tier, effective, held)
-    responses = tuple(
-        Response(derive_id("response", action.value, state.user_id, session.session_id,
-                           ctx.event_id),
-                 state.user_id, session.session_id, ctx.ts_s, action, ctx.event_id, detail)
-        for action in climbed.actions)
+    responses: tuple[Response, ...] = ()
+    if climbed.actions:  # most scores climb nowhere: no detail to build
+        held = tuple(sorted(climbed.state.hold_kinds, key=lambda k: k.value)) \
+            if climbed.state.hold else ()
+        detail = LadderDetail(score_id, comp.score, comp.tier, effective, held)
+        responses = tuple(
+            Response(derive_id("response", action.value, state.user_id, session.session_id,
+                               ctx.event_id),
+                     state.user_id, session.session_id, ctx.ts_s, action, ctx.event_id, detail)
+            for action in climbed.actions)
     session = evolve(session, turns=turns, scores=session.scores + 1,
                       max_tier=max(session.max_tier, effective))
     return evolve(state, ladder=climbed.state, session=session), (score, *responses)
