@@ -3,7 +3,7 @@ one's ack (or the fault that refused it), in their order, once all are settled.
 
 :class:`AiokafkaSends` is aiokafka's producer, the default. :class:`LibrdkafkaSends` is
 librdkafka's (confluent-kafka), as ``[worker] producer = "librdkafka"`` asks: it takes the
-outputs and the changelog, and costs the worker's loop about a tenth of aiokafka's CPU per
+outputs and the changelog, and costs the worker's loop about a third of aiokafka's CPU per
 message (``bench/producer_cost.py``, docs/performance.md). Ticks and ownership claims, a few
 messages a minute, stay on aiokafka's producer either way.
 """
