@@ -61,8 +61,8 @@ async def settled(acks: Sequence[asyncio.Future[Any]]) -> list[Any]:
     """Each ack's result, or the exception that settled it, in order, once all are settled
     (as ``asyncio.gather(*acks, return_exceptions=True)``). aiokafka settles a record batch's
     acks together, so waiting for the first one not yet settled and then reading on waits
-    once a record batch; ``gather`` schedules a callback for every message (about 1.7 us of
-    the loop's each)."""
+    once a record batch, where ``gather`` runs a callback for every message: aiokafka's
+    producer costs 9 us of CPU a message this way, 20 gathered (``bench/producer_cost.py``)."""
     for ack in acks:
         if not ack.done():
             await asyncio.wait((ack,))

@@ -1,5 +1,6 @@
 """librdkafka's producer on a real broker: every message acked and on its partition, a
-refusal returned as a broker fault, and a key placed where aiokafka places it."""
+refusal returned as a broker fault, and a key placed where aiokafka places it; the acks of
+aiokafka's awaited a record batch at a time, as ``asyncio.gather`` would return them."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import asyncio
 import logging
 
 from aiokafka import AIOKafkaProducer
+from hypothesis import given
+from hypothesis import strategies as st
 from kafka import KafkaConsumer, TopicPartition
 
 from streams import topics
 from streams.kafka.broker_watch import BROKER_FAULTS
-from streams.kafka.producers import DeliveryFailed, LibrdkafkaSends, log
+from streams.kafka.producers import DeliveryFailed, LibrdkafkaSends, log, settled
 
 
 def _read(bootstrap: str, topic: str, partitions: int) -> dict[bytes, int]:
@@ -101,3 +104,31 @@ def test_librdkafka_s_failed_reconnects_are_left_to_the_broker_watch_and_the_res
     log.error("%s", fail)
     log.error("%s", other)
     assert [r.getMessage() for r in caplog.records if r.name == log.name] == [other]
+
+
+@given(st.lists(st.tuples(st.sampled_from(["ok", "fault", "cancelled"]), st.integers(0, 3)),
+                min_size=1, max_size=12))
+def test_acks_awaited_a_record_batch_at_a_time_give_what_gather_gives(acks):
+    """Acks settled in groups (a record batch's together, in any order of groups), each a
+    result, a broker fault or a cancellation: ``settled`` returns, in order, what
+    ``asyncio.gather(..., return_exceptions=True)`` returns for them."""
+    async def both() -> tuple[list[object], list[object]]:
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in acks]
+        ours = asyncio.ensure_future(settled(futures))
+        theirs = asyncio.gather(*futures, return_exceptions=True)
+        for group in sorted({g for _, g in acks}, reverse=True):
+            await asyncio.sleep(0)
+            for f, (how, g) in zip(futures, acks, strict=True):
+                if g == group:
+                    if how == "ok":
+                        f.set_result(f"acked {g}")
+                    elif how == "fault":
+                        f.set_exception(DeliveryFailed(f"refused {g}"))
+                    else:
+                        f.cancel()
+        return await ours, await theirs
+
+    ours, theirs = asyncio.run(both())
+    assert [type(r) for r in ours] == [type(r) for r in theirs]
+    assert [str(r) for r in ours] == [str(r) for r in theirs]
