@@ -4,7 +4,7 @@ The worker publishes about one output every five records of the simulated stream
 responses, violations), through aiokafka's producer. This hands the worker's own output
 messages (a simulated stream through the engine, in process: the same topics, keys,
 values and input partitions) to a producer as the worker does, the messages of each batch
-of 500 records at once and their acks gathered per batch, and measures the CPU time per
+of 500 records at once and their acks awaited per batch, and measures the CPU time per
 message: of the process, and of the thread that calls the producer (the worker's loop).
 
 - ``aiokafka send``: one ``send`` per message, as the worker publishes, and a batch's acks
