@@ -55,8 +55,8 @@ class Settings:
     :data:`CODECS`."""
     producer: str = "aiokafka"
     """The client that publishes the outputs and the changelog: ``aiokafka`` or
-    ``librdkafka`` (confluent-kafka), which costs the worker's loop a tenth of the CPU per
-    message (docs/performance.md)."""
+    ``librdkafka`` (confluent-kafka), which costs the worker's loop about a third of the CPU
+    per message (docs/performance.md)."""
     drift: DriftConfig = field(default_factory=DriftConfig)
 
     @property
